@@ -1,0 +1,109 @@
+#include "host/emulator/dependency_checker.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/error.h"
+
+namespace mk::emu {
+
+DependencyChecker::DependencyChecker(int num_workgroups, uint32_t num_counters,
+                                     std::function<std::string(const InstrRef&)> describe)
+    : clocks_(size_t(num_workgroups), Clock(size_t(num_workgroups), 0)),
+      snapshots_(num_counters),
+      describe_(std::move(describe)) {
+  for (int w = 0; w < num_workgroups; ++w) clocks_[size_t(w)][size_t(w)] = 1;
+}
+
+int DependencyChecker::add_buffer(std::string name, size_t cells) {
+  buffers_.push_back(Buffer{std::move(name), std::vector<Cell>(cells)});
+  return int(buffers_.size() - 1);
+}
+
+void DependencyChecker::release(int wg, uint32_t counter) {
+  // An add continues the release sequence: the n-th value carries everything released before it.
+  auto& snaps = snapshots_[counter];
+  Clock c = clocks_[size_t(wg)];
+  if (!snaps.empty())
+    for (size_t i = 0; i < c.size(); ++i) c[i] = std::max(c[i], snaps.back()[i]);
+  snaps.push_back(std::move(c));
+  ++clocks_[size_t(wg)][size_t(wg)];
+}
+
+void DependencyChecker::acquire(int wg, uint32_t counter, uint32_t target) {
+  // Seeing the counter at `target` only guarantees ordering after the first `target` releases.
+  if (target == 0) return;
+  const auto& snaps = snapshots_[counter];
+  if (snaps.size() < target) fail("dependency checker: counter {} acquired at {} but released only {} times", counter, target, snaps.size());
+  const Clock& s = snaps[target - 1];
+  Clock& c = clocks_[size_t(wg)];
+  for (size_t i = 0; i < c.size(); ++i) c[i] = std::max(c[i], s[i]);
+}
+
+void DependencyChecker::report(const Access& earlier, const Access& now, const Buffer& buffer, size_t cell,
+                               bool earlier_writes, bool now_writes) {
+  // Name the pair as consumer (the reader) and producer (the writer it should be ordered with).
+  const Access& reader = earlier_writes ? now : earlier;
+  const Access& writer = earlier_writes ? earlier : now;
+  std::string kind;
+  if (earlier_writes && now_writes) {
+    kind = "two instructions write the same data with nothing ordering them";
+  } else if (writer.ref.before(reader.ref)) {
+    kind = now_writes ? "read data before its producer finished"
+                      : "read data from a producer it does not wait for";
+  } else {
+    kind = now_writes ? "overwrote data that an earlier instruction still had to read"
+                      : "read data that a later instruction had already overwritten";
+  }
+  const auto key = std::make_pair(reader.ref.index, writer.ref.index);
+  if (std::find(reported_.begin(), reported_.end(), key) != reported_.end()) return;
+  reported_.push_back(key);
+  ++violation_count_;
+  auto& list = writer.ref.before(reader.ref) ? read_before_write_ : write_before_read_;
+  if (list.size() < kMaxReported)
+    list.push_back(fmt::format("{}\n  consumer: {}\n  producer: {}\n  buffer {} cell {}: no counter wait orders these "
+                               "two instructions",
+                               kind, describe_(reader.ref), describe_(writer.ref), buffer.name, cell));
+}
+
+void DependencyChecker::throw_if_violations() const {
+  if (violation_count_ == 0) return;
+  std::string text;
+  size_t shown = 0;
+  for (const auto* list : {&read_before_write_, &write_before_read_})
+    for (const auto& v : *list)
+      if (shown++ < kMaxReported) text += "\n- " + v;
+  fail("dependency violation in the schedule ({} instruction pairs, {} shown):{}", violation_count_,
+       std::min(shown, kMaxReported), text);
+}
+
+void DependencyChecker::read(int wg, const InstrRef& who, int buffer, size_t begin, size_t end) {
+  Buffer& b = buffers_[size_t(buffer)];
+  if (end > b.cells.size()) fail("dependency checker: read of {} cells [{}, {}) past its {} cells", b.name, begin, end, b.cells.size());
+  const uint32_t now = clocks_[size_t(wg)][size_t(wg)];
+  for (size_t i = begin; i < end; ++i) {
+    Cell& cell = b.cells[i];
+    if (!ordered(cell.last_write, wg)) report(cell.last_write, Access{wg, now, who}, b, i, true, false);
+    auto it = std::find_if(cell.reads.begin(), cell.reads.end(), [&](const Access& a) { return a.wg == wg; });
+    if (it != cell.reads.end()) *it = Access{wg, now, who};
+    else cell.reads.push_back(Access{wg, now, who});
+  }
+}
+
+void DependencyChecker::write(int wg, const InstrRef& who, int buffer, size_t begin, size_t end) {
+  Buffer& b = buffers_[size_t(buffer)];
+  if (end > b.cells.size()) fail("dependency checker: write of {} cells [{}, {}) past its {} cells", b.name, begin, end, b.cells.size());
+  const uint32_t now = clocks_[size_t(wg)][size_t(wg)];
+  const Access self{wg, now, who};
+  for (size_t i = begin; i < end; ++i) {
+    Cell& cell = b.cells[i];
+    if (!ordered(cell.last_write, wg)) report(cell.last_write, self, b, i, true, true);
+    for (const Access& r : cell.reads)
+      if (!ordered(r, wg)) report(r, self, b, i, false, true);
+    cell.last_write = self;
+    cell.reads.clear();
+  }
+}
+
+}  // namespace mk::emu

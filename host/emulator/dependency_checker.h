@@ -1,0 +1,74 @@
+// Happens-before checker for the emulator: a vector-clock race detector (in the spirit of FastTrack)
+// over the schedule's counters. Every access to a shared buffer names the instruction making it; an
+// access that conflicts with another that no counter wait orders it after is a schedule bug, reported
+// naming both instructions, whether or not this interleaving happened to run them in a harmful order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace mk::emu {
+
+// One executed instruction: its step, its index in Schedule::instrs and its canonical position.
+struct InstrRef {
+  uint32_t step = 0;
+  uint32_t index = 0;
+  uint32_t seq = 0;
+  bool before(const InstrRef& o) const { return step != o.step ? step < o.step : seq < o.seq; }
+};
+
+class DependencyChecker {
+ public:
+  // `describe(ref)` renders an instruction for messages ("step 2, workgroup 7: layer 0 attention ...").
+  DependencyChecker(int num_workgroups, uint32_t num_counters, std::function<std::string(const InstrRef&)> describe);
+
+  int add_buffer(std::string name, size_t cells);
+
+  // Synchronisation. release: the workgroup's counter add; acquire: its wait saw the counter reach `target`.
+  void release(int wg, uint32_t counter);
+  void acquire(int wg, uint32_t counter, uint32_t target);
+
+  // Accesses to cells [begin, end) of a buffer. An unordered conflict is recorded (once per instruction
+  // pair and buffer); throw_if_violations() reports them all.
+  void read(int wg, const InstrRef& who, int buffer, size_t begin, size_t end);
+  void write(int wg, const InstrRef& who, int buffer, size_t begin, size_t end);
+
+  // Throws mk::Error listing every violation seen (up to kMaxReported), if any.
+  void throw_if_violations() const;
+  static constexpr size_t kMaxReported = 12;
+
+ private:
+  struct Access {
+    int wg = -1;
+    uint32_t clock = 0;
+    InstrRef ref;
+  };
+  struct Cell {
+    Access last_write;
+    std::vector<Access> reads;  // since the last write, the latest per workgroup
+  };
+  struct Buffer {
+    std::string name;
+    std::vector<Cell> cells;
+  };
+  using Clock = std::vector<uint32_t>;
+
+  bool ordered(const Access& earlier, int wg) const { return earlier.wg < 0 || earlier.clock <= clocks_[size_t(wg)][size_t(earlier.wg)]; }
+  void report(const Access& earlier, const Access& now, const Buffer& buffer, size_t cell, bool earlier_writes,
+              bool now_writes);
+
+  std::vector<Clock> clocks_;                  // per workgroup
+  std::vector<std::vector<Clock>> snapshots_;  // per counter: clock after its n-th release (index n-1)
+  std::vector<Buffer> buffers_;
+  std::function<std::string(const InstrRef&)> describe_;
+  // Reads before (or unordered with) their producer are the root causes; overwrites of data still to be
+  // read usually follow from them. Both are kept, root causes listed first.
+  std::vector<std::string> read_before_write_, write_before_read_;
+  std::vector<std::pair<uint32_t, uint32_t>> reported_;  // (reader, writer) instruction indices
+  size_t violation_count_ = 0;
+};
+
+}  // namespace mk::emu

@@ -1,0 +1,55 @@
+// The CPU emulator: executes the decode schedule with virtual workgroups, in a chosen interleaving,
+// with the same counters the GPU uses, and (optionally) a happens-before checker on every buffer access.
+// It is a full DecodeBackend: the README's main job and mk-chat run on it when there is no GPU.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/decode_backend.h"
+#include "runtime/model.h"
+#include "runtime/schedule.h"
+
+namespace mk {
+
+enum class Interleaving {
+  RoundRobin,  // one instruction per runnable workgroup in turn
+  Random,      // a seeded random runnable workgroup each time
+  Eager,       // always the lowest-numbered runnable workgroup: runs ahead as far as the waits allow
+};
+const char* interleaving_name(Interleaving i);
+
+struct EmulatorOptions {
+  int num_workgroups = 132;
+  int context = 1024;
+  int attention_splits = 0;  // 0: as build_schedule chooses
+  Interleaving interleaving = Interleaving::Random;
+  uint64_t interleave_seed = 1;
+  bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)
+  bool record_logits = false;      // keep the logits of every generating step
+};
+
+class Emulator final : public DecodeBackend {
+ public:
+  Emulator(const Model& model, const EmulatorOptions& options);
+  // Runs a given schedule (tests use this to plant a broken dependency).
+  Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options);
+  ~Emulator() override;
+
+  GenerateResult generate(const GenerateRequest& request, const TokenCallback& on_token) override;
+  void cancel() override;
+  void reset() override;
+  int position() const override;
+  int context() const override;
+  std::string name() const override;
+
+  const Schedule& schedule() const;
+  // Logits of each step that sampled a token in the last generate() (record_logits only).
+  const std::vector<std::vector<float>>& recorded_logits() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mk

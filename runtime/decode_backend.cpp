@@ -1,0 +1,39 @@
+#include "runtime/decode_backend.h"
+
+#include "runtime/error.h"
+
+namespace mk {
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::None: return "none";
+    case StopReason::Eos: return "eos";
+    case StopReason::MaxTokens: return "max_tokens";
+    case StopReason::Cancelled: return "cancelled";
+    case StopReason::ContextFull: return "context_full";
+  }
+  return "?";
+}
+
+double GenerateStats::decode_tokens_per_second() const {
+  const double t = total_seconds - first_token_seconds;
+  return generated_tokens > 1 && t > 0 ? double(generated_tokens - 1) / t : 0.0;
+}
+
+std::vector<int32_t> tokens_to_ingest(const std::vector<int32_t>& input, int32_t pending_token, int position,
+                                      int context, int vocab_size) {
+  std::vector<int32_t> tokens;
+  if (pending_token >= 0) tokens.push_back(pending_token);
+  tokens.insert(tokens.end(), input.begin(), input.end());
+  if (tokens.empty()) fail("generate: nothing to run (empty prompt and no previous reply to continue)");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size)
+      fail("generate: token {} at index {} is outside the vocabulary [0, {})", tokens[i], i, vocab_size);
+  if (int64_t(position) + int64_t(tokens.size()) > context)
+    fail("generate: the prompt of {} tokens does not fit the context: {} tokens already in the cache + {} > {} "
+         "(raise the context with -c, or reset the session)",
+         tokens.size(), position, tokens.size(), context);
+  return tokens;
+}
+
+}  // namespace mk

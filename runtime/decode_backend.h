@@ -1,0 +1,57 @@
+// What every executor of the schedule offers the host: the CPU emulator and the GPU monokernel.
+// A backend holds one sequence (its KV cache). generate() appends `input` at the current position,
+// runs it through the model, then samples up to max_new_tokens, streaming each token to `on_token`.
+// The last sampled token is not yet in the cache; the next generate() feeds it first (multi-turn).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampling.h"
+
+namespace mk {
+
+enum class StopReason { None, Eos, MaxTokens, Cancelled, ContextFull };
+const char* stop_reason_name(StopReason r);
+
+struct GenerateRequest {
+  std::vector<int32_t> input;  // tokens to ingest (the prompt, or the new turn)
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+};
+
+struct GenerateStats {
+  int ingested_tokens = 0;    // tokens run through the model before the first sample (pending one included)
+  int generated_tokens = 0;
+  double first_token_seconds = 0;  // from the call to the first sampled token
+  double total_seconds = 0;
+  double decode_tokens_per_second() const;  // tokens after the first over the time after the first
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // sampled tokens in order (an EOS that stopped generation is included)
+  StopReason stop = StopReason::None;
+  GenerateStats stats;
+};
+
+using TokenCallback = std::function<void(int32_t token)>;
+
+class DecodeBackend {
+ public:
+  virtual ~DecodeBackend() = default;
+  virtual GenerateResult generate(const GenerateRequest& request, const TokenCallback& on_token) = 0;
+  virtual void cancel() = 0;         // safe from another thread; stops the current generate() at the next token
+  virtual void reset() = 0;          // forget the sequence
+  virtual int position() const = 0;  // tokens in the KV cache
+  virtual int context() const = 0;   // KV cache capacity in tokens
+  virtual std::string name() const = 0;
+};
+
+// The tokens a generate() call will run: the pending token (if any) followed by the request's input.
+// Validates against the vocabulary and the context; throws mk::Error naming the limit.
+std::vector<int32_t> tokens_to_ingest(const std::vector<int32_t>& input, int32_t pending_token, int position,
+                                      int context, int vocab_size);
+
+}  // namespace mk

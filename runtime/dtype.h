@@ -1,0 +1,101 @@
+// Element types of weights, and exact bit-level conversions usable on CPU and GPU alike.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include "runtime/portability.h"
+
+namespace mk {
+
+enum class DType : uint8_t { F32, F16, BF16 };
+
+inline constexpr int dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+std::string_view dtype_name(DType t);  // "F32", "F16", "BF16" as in safetensors
+
+MK_HD_INLINE float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+MK_HD_INLINE uint32_t float_to_bits(float f) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return __float_as_uint(f);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+#endif
+}
+
+MK_HD_INLINE float bf16_to_float(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
+
+// Round to nearest even; NaN stays NaN (quiet).
+MK_HD_INLINE uint16_t float_to_bf16(float f) {
+  uint32_t bits = float_to_bits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+// IEEE half -> float, exact (subnormals, infinities and NaN included).
+MK_HD_INLINE float fp16_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      man <<= 1;
+      ++e;
+    } while ((man & 0x400u) == 0);
+    bits = sign | uint32_t(112 - e) << 23 | ((man & 0x3ffu) << 13);
+  }
+  return bits_to_float(bits);
+}
+
+// float -> IEEE half, round to nearest even, overflow to infinity.
+MK_HD_INLINE uint16_t float_to_fp16(float f) {
+  uint32_t bits = float_to_bits(f);
+  uint32_t sign = (bits >> 16) & 0x8000u;
+  uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {                                  // below the smallest normal half
+    if (abs < 0x33000000u) return uint16_t(sign);           // below half the smallest subnormal
+    uint32_t exp = abs >> 23;
+    uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - exp;  // 14..24 (value = man * 2^(exp-150); half subnormal unit 2^-24)
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1u);
+    uint32_t mid = 1u << (shift - 1u);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+// Reads element i of a weight stored as `t`.
+MK_HD_INLINE float load_as_float(const void* data, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(data)[i];
+    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(data)[i]);
+    default: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+  }
+}
+
+}  // namespace mk

@@ -1,0 +1,55 @@
+// The model's hyper-parameters, read from a Hugging Face config.json (+ generation_config.json).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace mk {
+
+enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
+
+const char* arch_name(Arch a);  // the HF "architectures" string, e.g. "LlamaForCausalLM"
+
+struct RopeScaling {
+  enum class Kind { None, Llama3 } kind = Kind::None;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position = 8192;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::Llama;
+  int hidden_size = 0;        // d_model
+  int intermediate_size = 0;  // MLP width
+  int num_layers = 0;
+  int num_heads = 0;     // query heads
+  int num_kv_heads = 0;  // key/value heads (grouped-query attention: num_heads % num_kv_heads == 0)
+  int head_dim = 0;      // from config when present, else hidden_size / num_heads
+  int vocab_size = 0;
+  int max_position = 0;  // max_position_embeddings
+  int sliding_window = 0;  // 0: none. Mistral-style windows are rejected for contexts beyond them.
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2: biases on q/k/v projections
+  bool qk_norm = false;   // Qwen3: per-head RMSNorm on q and k before RoPE
+  std::vector<int32_t> eos_token_ids;  // from generation_config.json, else config.json
+  int32_t bos_token_id = -1;
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  int group_size() const { return num_heads / num_kv_heads; }  // query heads per kv head
+};
+
+// Parses config.json (required) and generation_config.json (optional) in `dir`.
+// Throws mk::Error naming the file and key on anything missing, malformed or unsupported.
+ModelConfig load_model_config(const std::filesystem::path& dir);
+
+// Parses the JSON text of a config.json; `source` names it in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+
+}  // namespace mk

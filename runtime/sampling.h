@@ -1,0 +1,92 @@
+// Sampling parameters and the one sampling rule that the emulator and the GPU kernel both implement.
+//
+// Rule, applied to the logits of one step (the order of Hugging Face's logits warpers):
+//  1. temperature <= 0 or top_k == 1: greedy, argmax with ties to the lowest token id.
+//  2. candidates: the K highest logits, K = top_k if 0 < top_k <= kMaxCandidates, else kMaxCandidates;
+//     ordered by logit descending, ties by token id ascending.
+//  3. probabilities p_i = softmax(logit_i / temperature) over the candidates.
+//  4. top-p (top_p < 1): keep the shortest prefix whose probability sum reaches top_p (at least one).
+//  5. min-p (min_p > 0): keep those with p_i >= min_p * p_0.
+//  6. draw u = uniform(seed, step) in [0, 1); return the first candidate whose running sum of the kept
+//     probabilities exceeds u * (their total).
+// The cap of kMaxCandidates tokens is a documented approximation of top-p/min-p without top-k: the
+// tokens beyond the 1024 most likely ones are never drawn.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/portability.h"
+
+namespace mk {
+
+inline constexpr int kMaxCandidates = 1024;
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy
+  int top_k = 0;             // 0: off (the candidate cap still applies)
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+  int candidate_count(int vocab) const {
+    int k = (top_k > 0 && top_k <= kMaxCandidates) ? top_k : kMaxCandidates;
+    return k < vocab ? k : vocab;
+  }
+};
+
+// Counter-based RNG (splitmix64 finaliser over seed and counter): the same bits on CPU and GPU.
+MK_HD_INLINE uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in [0, 1) with 24 random bits; `counter` is the generation step.
+MK_HD_INLINE float uniform01(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ (counter * 0xd1b54a32d192ed03ull));
+  return float(bits >> 40) * (1.0f / 16777216.0f);
+}
+
+// Applies steps 3-6 to candidates already ordered as in step 2 (`logits` holds their logit values) and
+// returns the index of the chosen candidate. Shared verbatim by the emulator and the GPU sampler.
+// `probs` is scratch space of `n` floats.
+MK_HD_INLINE int choose_candidate(const float* logits, int n, const SamplingParams& p, float u, float* probs) {
+  const float inv_t = 1.0f / p.temperature;
+  float total = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    probs[i] = expf((logits[i] - logits[0]) * inv_t);
+    total += probs[i];
+  }
+  int kept = n;
+  if (p.top_p < 1.0f) {
+    float running = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      running += probs[i];
+      if (running >= p.top_p * total) {
+        kept = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    int m = 1;
+    while (m < kept && probs[m] >= p.min_p * probs[0]) ++m;
+    kept = m;
+  }
+  float kept_total = 0.0f;
+  for (int i = 0; i < kept; ++i) kept_total += probs[i];
+  const float target = u * kept_total;
+  float running = 0.0f;
+  for (int i = 0; i < kept; ++i) {
+    running += probs[i];
+    if (running > target) return i;
+  }
+  return kept - 1;
+}
+
+// CPU implementation of the whole rule over a full logits vector (used by the emulator).
+int32_t sample_token(const std::vector<float>& logits, const SamplingParams& params, uint64_t step);
+
+}  // namespace mk

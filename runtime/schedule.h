@@ -1,0 +1,81 @@
+// The decode schedule: for one token step, the fused instructions each workgroup runs, in order, and what
+// each waits for. Built on the host; executed as data by the GPU kernel and by the CPU emulator.
+//
+// Synchronisation is by counters: an instruction signals (release-adds 1 to) one counter when it is done,
+// and before it starts waits (acquire) until each of its counters reaches per_step * (step + 1 - lag).
+// Counters only grow during a launch, so a target names "this step's producers are all done".
+//
+// One step, in canonical (sequential) order:
+//   Embed                            x = embedding[token]                         (workgroup 0)
+//   per layer l:
+//     QKV      row blocks           qkv = (RMSNorm(x) * W_qkv + b); one block lies inside one kv group
+//     Attention (kv group, split)   q/k norm + RoPE, append K/V at pos, partial attention over its
+//                                   slice of the cache -> (m, l, o) per query head
+//     OProj    row blocks           combine the partials, x += W_o * attn
+//     GateUp   row blocks           h = silu(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x))
+//     Down     row blocks           x += W_down * h
+//   LMHead     row blocks           logits = W_lm * RMSNorm(x); per-block (max, argmax)
+//   Sample                          next token, stop checks, streaming           (workgroup 0)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/model_config.h"
+
+namespace mk {
+
+enum class Op : uint8_t { Embed, QKV, Attention, OProj, GateUp, Down, LMHead, Sample };
+inline constexpr int kNumOps = 8;
+const char* op_name(Op op);
+
+// Wait until counters[counter] >= per_step * (step + 1 - lag).
+struct Wait {
+  uint32_t counter = 0;
+  uint32_t per_step = 0;
+  uint32_t lag = 0;
+};
+
+struct Instr {
+  Op op = Op::Embed;
+  uint8_t num_waits = 0;
+  uint16_t layer = 0;
+  uint32_t begin = 0, end = 0;  // output rows [begin, end); Attention: begin = kv group, end = split
+  uint32_t slot = 0;            // LMHead: its partial-argmax slot
+  Wait waits[2];
+  uint32_t signal = 0;  // counter this instruction adds 1 to when done
+  uint32_t seq = 0;     // position in the canonical order of one step (for diagnostics and checking)
+};
+static_assert(sizeof(Instr) == 48, "Instr is shared with the GPU: keep its layout fixed");
+
+struct ScheduleParams {
+  int num_workgroups = 132;
+  int attention_splits = 0;  // splits of the KV cache per kv head; 0: chosen from the context
+  int context = 1024;        // expected context length (only used to choose attention_splits)
+};
+
+struct Schedule {
+  int num_workgroups = 0;
+  int num_layers = 0;
+  int attention_splits = 0;
+  int lm_head_slots = 0;
+  int instrs_per_step = 0;
+  std::vector<Instr> instrs;      // the lists of all workgroups, concatenated
+  std::vector<uint32_t> wg_begin;  // workgroup w runs instrs[wg_begin[w] .. wg_begin[w+1])
+  std::vector<std::string> counter_names;
+  uint32_t sample_counter = 0;  // signalled once per step by Sample: the step gate
+
+  uint32_t num_counters() const { return uint32_t(counter_names.size()); }
+  // "layer 3 attention (kv group 2, split 1)"; "lm_head rows [0, 972)".
+  std::string describe(const Instr& instr) const;
+  // Workgroup that owns instrs[index].
+  int workgroup_of(size_t index) const;
+};
+
+Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params);
+
+// Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.
+std::vector<std::pair<uint32_t, uint32_t>> split_range(uint32_t total, uint32_t parts);
+
+}  // namespace mk

@@ -1,0 +1,50 @@
+// How the weights are laid out in device memory: one allocation, every piece 256-byte aligned, in the
+// form the kernel reads fastest (docs/weight_layout.md). The emulator uses the same image on the CPU.
+//
+// - Matrices are row-major [out, in] in one matrix dtype (BF16 or F16; F32 files are converted to BF16).
+// - Q, K and V are fused into one matrix whose rows are grouped by kv head g:
+//     [ q rows of heads g*G .. g*G+G-1 | k rows of kv head g | v rows of kv head g ],  G = heads per kv head,
+//   so the rows one attention group needs are contiguous and a row block maps to one group.
+// - Norm weights and biases are F32.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/model.h"
+
+namespace mk {
+
+struct LayerOffsets {
+  uint64_t attn_norm, wqkv, bqkv, q_norm, k_norm, wo, mlp_norm, w_gate, w_up, w_down;
+};
+
+struct WeightLayout {
+  DType matrix_dtype = DType::BF16;
+  bool has_qkv_bias = false, has_qk_norm = false;
+  int qkv_rows = 0;        // q_dim + 2 * kv_dim
+  int qkv_group_rows = 0;  // (G + 2) * head_dim
+  uint64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied
+  std::vector<LayerOffsets> layers;
+  uint64_t total_bytes = 0;
+
+  // Row of the fused QKV matrix holding row `r` of q (part 0), k (1) or v (2) in the model's own order.
+  int qkv_row(const ModelConfig& c, int part, int r) const;
+};
+
+// Matrix dtype for a model: its matrices' dtype, with F32 mapped to BF16.
+DType matrix_dtype_for(const Model& model);
+
+WeightLayout plan_weight_layout(const ModelConfig& config, DType matrix_dtype);
+
+// Streams the packed image piece by piece: `sink(offset, bytes, size)`, in increasing offset order.
+// Converts dtypes on the way. Memory: one tensor at a time.
+using PackSink = std::function<void(uint64_t offset, const void* bytes, size_t size)>;
+void pack_weights(const Model& model, const WeightLayout& layout, const PackSink& sink);
+
+// Convenience for the emulator and tests: the whole image in host memory.
+std::vector<uint8_t> pack_weights_to_host(const Model& model, const WeightLayout& layout);
+
+}  // namespace mk

@@ -1,0 +1,351 @@
+// The emulator against the reference, across architectures, dtypes, workgroup counts and interleavings;
+// and the dependency checker against schedules with planted bugs.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "host/emulator/emulator.h"
+#include "runtime/error.h"
+#include "runtime/reference.h"
+#include "tests/helpers/logits_compare.h"
+#include "tests/helpers/tiny_model.h"
+
+namespace mk {
+namespace {
+
+using ::testing::HasSubstr;
+using test::TinyModelSpec;
+
+std::unique_ptr<Model> tiny(const TinyModelSpec& spec, const std::string& tag) {
+  auto dir = test::make_temp_dir(tag);
+  test::write_tiny_model(dir, spec);
+  return load_model(dir);
+}
+
+GenerateResult greedy(Emulator& emu, std::vector<int32_t> prompt, int n) {
+  GenerateRequest req;
+  req.input = std::move(prompt);
+  req.max_new_tokens = n;
+  return emu.generate(req, {});
+}
+
+// Teacher-forces the reference with the emulator's own tokens and compares every step's logits.
+void expect_matches_reference(const Model& model, const std::vector<int32_t>& prompt, const EmulatorOptions& opt, int n) {
+  Emulator emu(model, opt);
+  auto result = greedy(emu, prompt, n);
+  ASSERT_EQ(int(result.tokens.size()), n) << stop_reason_name(result.stop);
+  ASSERT_EQ(int(emu.recorded_logits().size()), n);
+
+  ReferenceModel ref(model, opt.context);
+  std::vector<float> ref_logits;
+  for (int32_t t : prompt) ref_logits = ref.forward(t);
+  for (int i = 0; i < n; ++i) {
+    const auto cmp = test::compare_logits(ref_logits, emu.recorded_logits()[size_t(i)]);
+    EXPECT_LT(cmp.relative_error, 2e-2) << "step " << i << ": " << cmp.summary();
+    // Same greedy token unless the reference's top two are within the tolerance (then say so).
+    if (cmp.reference_margin > 1e-2 * cmp.reference_scale)
+      EXPECT_EQ(result.tokens[size_t(i)], cmp.reference_argmax) << "step " << i << ": " << cmp.summary();
+    else
+      std::printf("note: step %d: reference top-2 logits within rounding (%s)\n", i, cmp.summary().c_str());
+    ref_logits = ref.forward(result.tokens[size_t(i)]);
+  }
+}
+
+struct ArchCase {
+  Arch arch;
+  DType dtype;
+  bool tied;
+  bool llama3_rope;
+};
+
+class EmulatorVsReference : public ::testing::TestWithParam<ArchCase> {};
+
+TEST_P(EmulatorVsReference, LogitsAndGreedyTokensMatch) {
+  const ArchCase c = GetParam();
+  TinyModelSpec spec;
+  spec.arch = c.arch;
+  spec.dtype = c.dtype;
+  spec.tied = c.tied;
+  spec.llama3_rope = c.llama3_rope;
+  spec.eos = {};  // no EOS: run the full length
+  if (c.arch == Arch::Qwen3) spec.head_dim = 32;  // Qwen3's head_dim differs from hidden/heads
+  auto model = tiny(spec, "emu-ref");
+  EmulatorOptions opt;
+  opt.num_workgroups = 13;
+  opt.context = 64;
+  opt.record_logits = true;
+  expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 24);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllArchitectures, EmulatorVsReference,
+    ::testing::Values(ArchCase{Arch::Llama, DType::BF16, true, true}, ArchCase{Arch::Llama, DType::F32, false, false},
+                      ArchCase{Arch::Mistral, DType::F16, false, false}, ArchCase{Arch::Qwen2, DType::BF16, true, false},
+                      ArchCase{Arch::Qwen3, DType::BF16, false, false}, ArchCase{Arch::Qwen3, DType::F16, true, false}),
+    [](const auto& test_info) {
+      const ArchCase& c = test_info.param;
+      return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) + (c.tied ? "_tied" : "_untied");
+    });
+
+TEST(Emulator, GroupedQueryRatiosAndWorkgroupCounts) {
+  for (auto [heads, kv] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{8, 1}}) {
+    TinyModelSpec spec;
+    spec.heads = heads;
+    spec.kv_heads = kv;
+    spec.head_dim = 8;
+    spec.eos = {};
+    auto model = tiny(spec, "emu-gqa");
+    for (int wgs : {1, 5, 132, 304}) {
+      SCOPED_TRACE(testing::Message() << heads << " heads, " << kv << " kv heads, " << wgs << " workgroups");
+      EmulatorOptions opt;
+      opt.num_workgroups = wgs;
+      opt.context = 40;
+      opt.record_logits = true;
+      opt.check_dependencies = wgs <= 132;  // keep the test fast
+      expect_matches_reference(*model, {3, 4}, opt, 8);
+    }
+  }
+}
+
+TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Qwen3;
+  spec.eos = {};
+  auto model = tiny(spec, "emu-interleave");
+  std::vector<int32_t> expected_tokens;
+  std::vector<std::vector<float>> expected_logits;
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    for (uint64_t seed = 1; seed <= (policy == Interleaving::Random ? 6u : 1u); ++seed) {
+      EmulatorOptions opt;
+      opt.num_workgroups = 132;
+      opt.context = 48;
+      opt.attention_splits = 3;
+      opt.interleaving = policy;
+      opt.interleave_seed = seed;
+      opt.record_logits = true;
+      Emulator emu(*model, opt);
+      auto r = greedy(emu, {2, 8, 16}, 12);
+      if (expected_tokens.empty()) {
+        expected_tokens = r.tokens;
+        expected_logits = emu.recorded_logits();
+        continue;
+      }
+      EXPECT_EQ(r.tokens, expected_tokens) << interleaving_name(policy) << " seed " << seed;
+      EXPECT_EQ(emu.recorded_logits(), expected_logits) << interleaving_name(policy) << " seed " << seed;
+    }
+  }
+}
+
+// Removes the waits of the first instruction matching `pred` in the schedule.
+template <typename Pred>
+Schedule without_wait(Schedule s, Pred pred) {
+  for (auto& in : s.instrs)
+    if (pred(in)) {
+      in.num_waits = 0;
+      return s;
+    }
+  ADD_FAILURE() << "no instruction to break";
+  return s;
+}
+
+std::string run_and_catch(const Model& model, Schedule s, EmulatorOptions opt) {
+  try {
+    Emulator emu(model, std::move(s), opt);
+    greedy(emu, {1, 2, 3}, 4);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DependencyChecker, CatchesAMissingWaitOfOProjOnAttention) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "dep-oproj");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 32;
+  auto good = build_schedule(model->config, ScheduleParams{16, 0, 32});
+  // The planted bug: layer 1's first o_proj block no longer waits for layer 1's attention.
+  auto bad = without_wait(good, [](const Instr& in) { return in.op == Op::OProj && in.layer == 1; });
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    opt.interleaving = policy;
+    const std::string msg = run_and_catch(*model, bad, opt);
+    SCOPED_TRACE(interleaving_name(policy));
+    EXPECT_THAT(msg, HasSubstr("dependency violation"));
+    // The read of the partials before attention finished, named as consumer and producer.
+    EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 1 o_proj rows \\[[0-9]+, [0-9]+\\)\n"
+                                              "  producer: step 0, workgroup [0-9]+: layer 1 attention \\(kv group [0-9], split [0-9]+\\)\n"
+                                              "  buffer attention partial"));
+  }
+  // The intact schedule passes under the same interleavings.
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    opt.interleaving = policy;
+    EXPECT_EQ(run_and_catch(*model, good, opt), "") << interleaving_name(policy);
+  }
+}
+
+TEST(DependencyChecker, CatchesAnAttentionThatWaitsForTooFewQkvBlocks) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "dep-qkv");
+  EmulatorOptions opt;
+  opt.num_workgroups = 24;
+  opt.context = 32;
+  auto s = build_schedule(model->config, ScheduleParams{24, 0, 32});
+  for (auto& in : s.instrs)
+    if (in.op == Op::Attention && in.layer == 0 && in.begin == 1) in.waits[0].per_step -= 1;  // one block short
+  const std::string msg = run_and_catch(*model, s, opt);
+  EXPECT_THAT(msg, HasSubstr("dependency violation"));
+  EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 attention \\(kv group 1, split [0-9]+\\)\n"
+                                            "  producer: step 0, workgroup [0-9]+: layer 0 qkv rows \\[[0-9]+, [0-9]+\\)\n"
+                                            "  buffer qkv"));
+}
+
+TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {
+  // If layer 1's QKV no longer waits for layer 0's down projection, it overwrites nothing it should not,
+  // but it reads x while down still writes it: caught as an unordered read of the residual stream.
+  TinyModelSpec spec;
+  auto model = tiny(spec, "dep-war");
+  EmulatorOptions opt;
+  opt.num_workgroups = 8;
+  opt.context = 32;
+  auto s = without_wait(build_schedule(model->config, ScheduleParams{8, 0, 32}),
+                        [](const Instr& in) { return in.op == Op::QKV && in.layer == 1; });
+  const std::string msg = run_and_catch(*model, s, opt);
+  EXPECT_THAT(msg, HasSubstr("dependency violation"));
+  EXPECT_THAT(msg, HasSubstr("layer 1 qkv rows"));
+  EXPECT_THAT(msg, HasSubstr("x (residual stream)"));
+}
+
+TEST(Emulator, ReportsADeadlockNamingTheStuckInstruction) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "deadlock");
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 16;
+  auto s = build_schedule(model->config, ScheduleParams{4, 0, 16});
+  for (auto& in : s.instrs)
+    if (in.op == Op::GateUp && in.layer == 0) in.waits[0].per_step += 1;  // waits for a block that never comes
+  const std::string msg = run_and_catch(*model, s, opt);
+  EXPECT_THAT(msg, HasSubstr("deadlock"));
+  EXPECT_THAT(msg, HasSubstr("layer 0 gate_up rows"));
+  EXPECT_THAT(msg, HasSubstr("counter 'layer 0 o_proj'"));
+}
+
+TEST(Emulator, MultiTurnContinuesFromTheCache) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "multiturn");
+  EmulatorOptions opt;
+  opt.num_workgroups = 9;
+  opt.context = 64;
+  Emulator two_turns(*model, opt);
+  auto a = greedy(two_turns, {1, 2, 3}, 5);
+  EXPECT_EQ(two_turns.position(), 3 + 5 - 1);  // the last sampled token is not in the cache yet
+  auto b = greedy(two_turns, {40, 41}, 6);
+  EXPECT_EQ(b.stats.ingested_tokens, 3);  // the pending token + 2 new ones: the first turn is not re-run
+  EXPECT_EQ(two_turns.position(), 3 + 5 + 2 + 6 - 1);
+
+  // The same conversation as one prompt on a fresh emulator gives the same second reply.
+  Emulator one_shot(*model, opt);
+  std::vector<int32_t> all = {1, 2, 3};
+  all.insert(all.end(), a.tokens.begin(), a.tokens.end());
+  all.insert(all.end(), {40, 41});
+  auto c = greedy(one_shot, all, 6);
+  EXPECT_EQ(b.tokens, c.tokens);
+}
+
+TEST(Emulator, StopsAtEosMaxTokensAndAFullContext) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "stops");
+  EmulatorOptions opt;
+  opt.num_workgroups = 6;
+  opt.context = 10;
+  {
+    Emulator emu(*model, opt);
+    auto r = greedy(emu, {1, 2, 3, 4}, 100);
+    EXPECT_EQ(r.stop, StopReason::ContextFull);
+    EXPECT_EQ(int(r.tokens.size()), 10 - 4 + 1);  // one token per free slot, plus the one sampled at the last
+    EXPECT_EQ(emu.position(), 10);
+    EXPECT_THROW(greedy(emu, {5}, 1), Error);  // no room left: a clear error, not a crash
+  }
+  {
+    Emulator emu(*model, opt);
+    auto first = greedy(emu, {1, 2}, 3);
+    EXPECT_EQ(first.stop, StopReason::MaxTokens);
+    // Make the second token of that reply an EOS id: generation stops right there.
+    spec.eos = {first.tokens[1]};
+    auto model2 = tiny(spec, "stops-eos");
+    Emulator emu2(*model2, opt);
+    auto r = greedy(emu2, {1, 2}, 8);
+    EXPECT_EQ(r.stop, StopReason::Eos);
+    EXPECT_EQ(r.tokens.size(), 2u);
+  }
+}
+
+TEST(Emulator, RejectsAPromptLongerThanTheContext) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "long-prompt");
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 8;
+  Emulator emu(*model, opt);
+  try {
+    greedy(emu, std::vector<int32_t>(9, 1), 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("prompt of 9 tokens does not fit the context"));
+    EXPECT_THAT(e.what(), HasSubstr("> 8"));
+  }
+  EXPECT_EQ(emu.position(), 0);
+  EXPECT_THROW(greedy(emu, {1, 999999}, 1), Error);  // outside the vocabulary
+}
+
+TEST(Emulator, SeededSamplingIsReproducible) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  spec.weight_scale = 0.02f;  // flatter distributions: sampling has choices
+  auto model = tiny(spec, "sampling");
+  EmulatorOptions opt;
+  opt.num_workgroups = 7;
+  opt.context = 64;
+  auto run = [&](uint64_t seed, Interleaving policy) {
+    opt.interleaving = policy;
+    Emulator emu(*model, opt);
+    GenerateRequest req;
+    req.input = {1, 2, 3};
+    req.max_new_tokens = 20;
+    req.sampling = SamplingParams{0.9f, 40, 0.95f, 0.02f, seed};
+    return emu.generate(req, {}).tokens;
+  };
+  const auto a = run(7, Interleaving::Random), b = run(7, Interleaving::RoundRobin), c = run(8, Interleaving::Random);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Emulator, CancelStopsAtTheNextToken) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "cancel");
+  EmulatorOptions opt;
+  opt.num_workgroups = 5;
+  opt.context = 64;
+  Emulator emu(*model, opt);
+  GenerateRequest req;
+  req.input = {1, 2};
+  req.max_new_tokens = 30;
+  int seen = 0;
+  auto r = emu.generate(req, [&](int32_t) {
+    if (++seen == 4) emu.cancel();
+  });
+  EXPECT_EQ(r.stop, StopReason::Cancelled);
+  EXPECT_EQ(r.tokens.size(), 4u);
+  // The session survives: the next turn continues after the cancelled reply.
+  req.input = {9};
+  req.max_new_tokens = 2;
+  EXPECT_EQ(emu.generate(req, {}).tokens.size(), 2u);
+}
+
+}  // namespace
+}  // namespace mk
