@@ -1,0 +1,360 @@
+// config.json parsing for the supported Hugging Face decoder architectures. Defaults follow the
+// transformers config classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config), so a config
+// that omits a key means here what it means to transformers. Anything the runtime does not model
+// (other activations, rope types, biases, per-layer windows) is rejected rather than ignored.
+#include "runtime/model_config.h"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string_view>
+
+#include "runtime/error.h"
+
+namespace mk {
+
+using nlohmann::json;
+
+namespace {
+
+struct ArchInfo {
+  Arch arch;
+  const char* hf_name;
+  int default_max_position;  // max_position_embeddings default of the transformers config class
+};
+
+constexpr ArchInfo kArchs[] = {
+    {Arch::Llama, "LlamaForCausalLM", 2048},
+    {Arch::Mistral, "MistralForCausalLM", 4096 * 32},
+    {Arch::Qwen2, "Qwen2ForCausalLM", 32768},
+    {Arch::Qwen3, "Qwen3ForCausalLM", 32768},
+};
+
+const ArchInfo& arch_info(Arch a) {
+  for (const ArchInfo& info : kArchs)
+    if (info.arch == a) return info;
+  return kArchs[0];
+}
+
+// A value for an error message. Containers are summarised: config files are small, but the found
+// value only needs to be recognisable, not complete.
+std::string describe(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return fmt::format("an array of {} elements", v.size());
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+// Typed access to the keys of one JSON object, failing with the file, the key, the expected type and
+// the value found. `prefix` names nested objects ("rope_scaling.").
+class Keys {
+ public:
+  Keys(const json& object, const std::string& source, std::string prefix = "")
+      : obj_(object), source_(source), prefix_(std::move(prefix)) {}
+
+  // Present with a non-null value. transformers writes null for "not set", so null means absent.
+  bool has(const char* key) const { return obj_.contains(key) && !obj_[key].is_null(); }
+  bool contains(const char* key) const { return obj_.contains(key); }  // null included
+
+  const json& get(const char* key) const {
+    if (!has(key)) fail("{}: missing required key '{}{}'", source_, prefix_, key);
+    return obj_[key];
+  }
+
+  int64_t integer(const char* key, int64_t lo, int64_t hi) const {
+    const json& v = get(key);
+    if (!v.is_number_integer()) wrong_type(key, "an integer", v);
+    // Compare in the representation nlohmann chose so that huge unsigned values do not wrap.
+    bool in_range = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(hi) : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    if (!in_range) fail("{}: '{}{}' = {} is out of range [{}, {}]", source_, prefix_, key, describe(v), lo, hi);
+    return v.get<int64_t>();
+  }
+  int required_int(const char* key) const {
+    return int(integer(key, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+  }
+  int optional_int(const char* key, int fallback) const { return has(key) ? required_int(key) : fallback; }
+
+  double number(const char* key) const {
+    const json& v = get(key);
+    if (!v.is_number()) wrong_type(key, "a number", v);
+    return v.get<double>();
+  }
+  double optional_number(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
+
+  bool optional_bool(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const json& v = obj_[key];
+    if (!v.is_boolean()) wrong_type(key, "true or false", v);
+    return v.get<bool>();
+  }
+
+  std::string string(const char* key) const {
+    const json& v = get(key);
+    if (!v.is_string()) wrong_type(key, "a string", v);
+    return v.get<std::string>();
+  }
+
+  const json* optional_object(const char* key) const {
+    if (!has(key)) return nullptr;
+    const json& v = obj_[key];
+    if (!v.is_object()) wrong_type(key, "an object", v);
+    return &v;
+  }
+
+  // Token ids are written either as one integer or as a list of them (several stop tokens).
+  std::vector<int32_t> token_ids(const char* key) const {
+    if (!has(key)) return {};
+    const json& v = obj_[key];
+    if (v.is_number_integer()) return {int32_t(integer(key, 0, std::numeric_limits<int32_t>::max()))};
+    if (!v.is_array()) wrong_type(key, "an integer or a list of integers", v);
+    std::vector<int32_t> ids;
+    for (const json& id : v) {
+      if (!id.is_number_unsigned() || id.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()))
+        wrong_type(key, "an integer or a list of non-negative 32-bit integers", v);
+      ids.push_back(int32_t(id.get<uint64_t>()));
+    }
+    return ids;
+  }
+
+  const std::string& source() const { return source_; }
+  std::string name(const char* key) const { return prefix_ + key; }  // as written in messages
+
+ private:
+  [[noreturn]] void wrong_type(const char* key, const char* expected, const json& found) const {
+    fail("{}: '{}{}' must be {}, found {}", source_, prefix_, key, expected, describe(found));
+  }
+
+  const json& obj_;
+  const std::string& source_;
+  std::string prefix_;
+};
+
+json parse_json_object(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
+    fail("{}: not valid JSON: {}", source, e.what());
+  }
+  if (!j.is_object()) fail("{}: expected a JSON object at the top level, found {}", source, describe(j));
+  return j;
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read {}", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+Arch parse_arch(const json& j, const std::string& source) {
+  if (!j.contains("architectures")) fail("{}: missing required key 'architectures'", source);
+  const json& list = j["architectures"];
+  if (!list.is_array() || list.empty() || !list[0].is_string())
+    fail("{}: 'architectures' must be a non-empty list of strings, found {}", source, describe(list));
+  std::string name = list[0].get<std::string>();
+  std::vector<std::string_view> supported;
+  for (const ArchInfo& info : kArchs) {
+    if (name == info.hf_name) return info.arch;
+    supported.push_back(info.hf_name);
+  }
+  fail("unsupported architecture '{}' in {} (supported: {})", name, source, fmt::join(supported, ", "));
+}
+
+void read_sizes(const Keys& k, ModelConfig& c) {
+  c.hidden_size = k.required_int("hidden_size");
+  c.intermediate_size = k.required_int("intermediate_size");
+  c.num_layers = k.required_int("num_hidden_layers");
+  c.num_heads = k.required_int("num_attention_heads");
+  c.vocab_size = k.required_int("vocab_size");
+  c.num_kv_heads = k.optional_int("num_key_value_heads", c.num_heads);  // absent: multi-head attention
+  c.max_position = k.optional_int("max_position_embeddings", arch_info(c.arch).default_max_position);
+  for (auto [key, value] : {std::pair<const char*, int>{"hidden_size", c.hidden_size},
+                            {"intermediate_size", c.intermediate_size},
+                            {"num_hidden_layers", c.num_layers},
+                            {"num_attention_heads", c.num_heads},
+                            {"num_key_value_heads", c.num_kv_heads},
+                            {"vocab_size", c.vocab_size},
+                            {"max_position_embeddings", c.max_position}})
+    if (value <= 0) fail("{}: '{}' must be positive, found {}", k.source(), key, value);
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", k.source(), c.num_heads,
+         c.num_kv_heads);
+}
+
+void read_head_dim(const Keys& k, ModelConfig& c) {
+  if (k.has("head_dim")) {
+    c.head_dim = k.required_int("head_dim");
+  } else if (c.arch == Arch::Qwen3) {
+    c.head_dim = 128;  // Qwen3Config's default; it is not derived from hidden_size there
+  } else {
+    if (c.hidden_size % c.num_heads != 0)
+      fail("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given", k.source(),
+           c.hidden_size, c.num_heads);
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim <= 0) fail("{}: 'head_dim' must be positive, found {}", k.source(), c.head_dim);
+  // RoPE rotates pairs of dimensions.
+  if (c.head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for rotary embeddings", k.source(), c.head_dim);
+}
+
+void check_activation(const Keys& k) {
+  std::string act = k.has("hidden_act") ? k.string("hidden_act") : "silu";
+  if (act != "silu") fail("{}: unsupported activation 'hidden_act': '{}' (supported: silu)", k.source(), act);
+}
+
+// A positive number that fits a float; `fallback` (if any) stands in for an absent key.
+float positive_number(const Keys& k, const char* key, std::optional<double> fallback = std::nullopt) {
+  double v = fallback && !k.has(key) ? *fallback : k.number(key);
+  if (!(v > 0) || !std::isfinite(float(v)))
+    fail("{}: '{}' must be a positive number, found {}", k.source(), k.name(key), v);
+  return float(v);
+}
+
+RopeScaling read_llama3_scaling(const Keys& s) {
+  RopeScaling r;
+  r.kind = RopeScaling::Kind::Llama3;
+  r.factor = positive_number(s, "factor");
+  r.low_freq_factor = positive_number(s, "low_freq_factor");
+  r.high_freq_factor = positive_number(s, "high_freq_factor");
+  r.original_max_position = s.required_int("original_max_position_embeddings");
+  if (r.original_max_position <= 0)
+    fail("{}: '{}' must be positive, found {}", s.source(), s.name("original_max_position_embeddings"),
+         r.original_max_position);
+  // The llama3 formula interpolates between the two wavelength bounds and divides by their difference.
+  if (r.high_freq_factor <= r.low_freq_factor)
+    fail("{}: '{}' ({}) must be greater than '{}' ({})", s.source(), s.name("high_freq_factor"), r.high_freq_factor,
+         s.name("low_freq_factor"), r.low_freq_factor);
+  return r;
+}
+
+// rope_theta and rope_scaling. transformers 5 moves both into "rope_parameters"
+// ({rope_type, rope_theta, factor, ...}); older configs have top-level rope_theta and rope_scaling.
+void read_rope(const Keys& k, ModelConfig& c) {
+  const json* params = k.optional_object("rope_parameters");
+  if (k.has("rope_theta")) {
+    c.rope_theta = positive_number(k, "rope_theta");
+  } else if (params != nullptr) {
+    c.rope_theta = positive_number(Keys(*params, k.source(), "rope_parameters."), "rope_theta", 10000.0);
+  } else {
+    c.rope_theta = 10000.0f;
+  }
+
+  std::string where = "rope_scaling";
+  const json* scaling = k.optional_object("rope_scaling");
+  if (scaling == nullptr) {
+    scaling = params;
+    where = "rope_parameters";
+  }
+  c.rope_scaling = RopeScaling{};
+  if (scaling == nullptr) return;
+  Keys s(*scaling, k.source(), where + ".");
+  // transformers renamed "type" to "rope_type"; both spellings occur in published configs.
+  std::string type = s.has("rope_type") ? s.string("rope_type") : s.has("type") ? s.string("type") : "default";
+  if (type == "default") return;
+  if (type == "llama3") {
+    c.rope_scaling = read_llama3_scaling(s);
+    return;
+  }
+  fail("{}: unsupported rope scaling type '{}' in '{}' (supported: default, llama3)", k.source(), type, where);
+}
+
+// Which attention extras each architecture has. Llama/Mistral attention_bias=true also adds an o_proj
+// bias, and Qwen3 attention_bias adds q/k/v/o biases; neither is modelled, so both are rejected.
+void read_attention_variant(const Keys& k, ModelConfig& c) {
+  c.qkv_bias = c.arch == Arch::Qwen2;  // Qwen2 always has q/k/v biases and never an o_proj bias
+  c.qk_norm = c.arch == Arch::Qwen3;
+  if (c.arch != Arch::Qwen2 && k.optional_bool("attention_bias", false))
+    fail("{}: attention_bias=true is not supported for {} (its o_proj bias is not modelled)", k.source(),
+         arch_name(c.arch));
+}
+
+// "sliding_window" of Mistral, Qwen2 and Qwen3: their config classes default to 4096 when the key is
+// absent, and published configs write null for "no window" (0 here).
+int window_size(const Keys& k) {
+  if (!k.contains("sliding_window")) return 4096;
+  int window = k.optional_int("sliding_window", 0);
+  if (window < 0) fail("{}: 'sliding_window' must be non-negative or null, found {}", k.source(), window);
+  return window;
+}
+
+// Qwen2/Qwen3 slide the window only when use_sliding_window is set, and then only on the layers listed
+// as "sliding_attention" in layer_types or, in configs without layer_types, on layers
+// i >= max_window_layers. The runtime has one window for all layers, so a mix is rejected.
+int qwen_sliding_window(const Keys& k, const ModelConfig& c) {
+  int window = k.optional_bool("use_sliding_window", false) ? window_size(k) : 0;
+  int sliding_layers = 0;
+  if (k.has("layer_types")) {
+    const json& types = k.get("layer_types");
+    if (!types.is_array() || types.size() != size_t(c.num_layers))
+      fail("{}: 'layer_types' must be a list of {} strings (num_hidden_layers), found {}", k.source(), c.num_layers,
+           describe(types));
+    for (const json& t : types) sliding_layers += t == "sliding_attention";
+  } else {
+    int first = k.optional_int("max_window_layers", 28);  // Qwen2Config / Qwen3Config default
+    sliding_layers = std::max(0, c.num_layers - std::max(0, first));
+  }
+  if (window == 0 || sliding_layers == 0) return 0;
+  if (sliding_layers != c.num_layers)
+    fail("{}: sliding window attention on {} of {} layers is not supported (only all or none)", k.source(),
+         sliding_layers, c.num_layers);
+  return window;
+}
+
+void read_sliding_window(const Keys& k, ModelConfig& c) {
+  switch (c.arch) {
+    case Arch::Llama: c.sliding_window = 0; break;  // LlamaConfig has no window
+    case Arch::Mistral: c.sliding_window = window_size(k); break;
+    case Arch::Qwen2:
+    case Arch::Qwen3: c.sliding_window = qwen_sliding_window(k, c); break;
+  }
+}
+
+}  // namespace
+
+const char* arch_name(Arch a) { return arch_info(a).hf_name; }
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  const json j = parse_json_object(json_text, source);
+  const Keys k(j, source);
+  ModelConfig c;
+  c.arch = parse_arch(j, source);
+  read_sizes(k, c);
+  read_head_dim(k, c);
+  check_activation(k);
+  c.rms_norm_eps = positive_number(k, "rms_norm_eps", 1e-6);  // 1e-6 in all four transformers configs
+  read_rope(k, c);
+  c.tie_word_embeddings = k.optional_bool("tie_word_embeddings", false);
+  read_attention_variant(k, c);
+  read_sliding_window(k, c);
+  c.eos_token_ids = k.token_ids("eos_token_id");
+  c.bos_token_id = k.has("bos_token_id") ? int32_t(k.integer("bos_token_id", 0, std::numeric_limits<int32_t>::max())) : -1;
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& dir) {
+  const std::filesystem::path config_path = dir / "config.json";
+  std::error_code ec;  // the non-throwing overloads: a failure reads as "absent"
+  if (!std::filesystem::is_regular_file(config_path, ec)) fail("model config {} not found", config_path.string());
+  ModelConfig c = parse_model_config(read_text_file(config_path), config_path.string());
+
+  // generation_config.json holds the stop tokens that generate() uses; they can differ from
+  // config.json's (instruct models list the end-of-turn token there).
+  const std::filesystem::path gen_path = dir / "generation_config.json";
+  if (std::filesystem::is_regular_file(gen_path, ec)) {
+    const std::string source = gen_path.string();
+    const json gen = parse_json_object(read_text_file(gen_path), source);
+    const Keys g(gen, source);
+    if (g.has("eos_token_id")) c.eos_token_ids = g.token_ids("eos_token_id");
+  }
+  return c;
+}
+
+}  // namespace mk
