@@ -1,0 +1,377 @@
+// Built-in chat renderers: see chat_template.h. Each renderer mirrors one family of Jinja templates line
+// by line; the comments quote the template fragment being reproduced.
+#include "runtime/chat_template.h"
+
+#include "runtime/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+namespace mk {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open file", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
+
+// One code point of possibly invalid UTF-8 at s[i] (invalid bytes read as U+FFFD, length 1).
+char32_t read_code_point(std::string_view s, size_t i, size_t* len) {
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  *len = 1;
+  if (b0 < 0x80) return b0;
+  size_t n = b0 >= 0xF0 && b0 <= 0xF4 ? 4 : b0 >= 0xE0 && b0 <= 0xEF ? 3 : b0 >= 0xC2 && b0 <= 0xDF ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0xFFFD;
+  char32_t c = b0 & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<uint8_t>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0xFFFD;
+    c = (c << 6) | (b & 0x3F);
+  }
+  *len = n;
+  return c;
+}
+
+// Python str.isspace().
+bool python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Python's "text".split(sep)[0] and [-1].
+std::string_view before_first(std::string_view s, std::string_view sep) {
+  const size_t p = s.find(sep);
+  return p == std::string_view::npos ? s : s.substr(0, p);
+}
+std::string_view after_last(std::string_view s, std::string_view sep) {
+  const size_t p = s.rfind(sep);
+  return p == std::string_view::npos ? s : s.substr(p + sep.size());
+}
+
+std::string_view trim(std::string_view s) { return python_strip(s); }                       // jinja |trim
+std::string_view strip_nl(std::string_view s) { return python_strip(s, "\n"); }              // .strip('\n')
+std::string_view lstrip_nl(std::string_view s) { return python_strip(s, "\n", true, false); }  // .lstrip('\n')
+std::string_view rstrip_nl(std::string_view s) { return python_strip(s, "\n", false, true); }  // .rstrip('\n')
+
+// Unescapes a Jinja string literal body (\n, \t, \', \", \\).
+std::string jinja_unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 1 < s.size()) {
+      const char n = s[++i];
+      out += n == 'n' ? '\n' : n == 't' ? '\t' : n == 'r' ? '\r' : n;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// ChatML default system prompt written as a literal: '<|im_start|>system\nYou are ...<|im_end|>\n'.
+std::string find_default_system(std::string_view tmpl) {
+  constexpr std::string_view kOpen = "<|im_start|>system\\n";
+  for (size_t p = tmpl.find(kOpen); p != std::string_view::npos; p = tmpl.find(kOpen, p + 1)) {
+    if (p == 0) continue;
+    const char quote = tmpl[p - 1];
+    if (quote != '\'' && quote != '"') continue;
+    const size_t body = p + kOpen.size();
+    const size_t end = tmpl.find("<|im_end|>", body);
+    if (end == std::string_view::npos) continue;
+    const std::string_view text = tmpl.substr(body, end - body);
+    if (text.empty() || contains(text, std::string_view(&quote, 1))) continue;  // a '+ expr +' in between
+    return jinja_unescape(text);
+  }
+  return {};
+}
+
+// Llama 3.1: {%- set date_string = "26 Jul 2024" %}
+std::string find_default_date(std::string_view tmpl) {
+  for (const std::string_view key : {"set date_string = \"", "set date_string = '"}) {
+    const size_t p = tmpl.find(key);
+    if (p == std::string_view::npos) continue;
+    const size_t body = p + key.size();
+    const size_t end = tmpl.find(key.back(), body);
+    if (end != std::string_view::npos) return std::string(tmpl.substr(body, end - body));
+  }
+  return "26 Jul 2024";
+}
+
+}  // namespace
+
+std::string_view python_strip(std::string_view s, std::string_view chars, bool left, bool right) {
+  const auto is_strip = [&](char32_t c) {
+    return chars.empty() ? python_space(c) : (c < 0x80 && chars.find(static_cast<char>(c)) != std::string_view::npos);
+  };
+  size_t begin = 0, end = s.size();
+  if (left) {
+    while (begin < end) {
+      size_t len;
+      if (!is_strip(read_code_point(s, begin, &len))) break;
+      begin += len;
+    }
+  }
+  if (right) {
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80 && end - start < 4) --start;
+      size_t len;
+      const char32_t c = read_code_point(s, start, &len);
+      if (start + len != end) {  // invalid tail byte: not whitespace
+        break;
+      }
+      if (!is_strip(c)) break;
+      end = start;
+    }
+  }
+  return s.substr(begin, end - begin);
+}
+
+ChatTemplate ChatTemplate::from_source(std::string_view tmpl, std::string bos_token, std::string_view source_name) {
+  ChatTemplate t;
+  t.source_ = std::string(source_name);
+  t.bos_token_ = std::move(bos_token);
+  if (contains(tmpl, "<|start_header_id|>")) {
+    if (contains(tmpl, "Cutting Knowledge Date")) {
+      t.format_ = ChatFormat::Llama31;
+      t.date_from_clock_ = contains(tmpl, "strftime_now");
+      t.default_date_ = find_default_date(tmpl);
+    } else {
+      t.format_ = ChatFormat::Llama3;
+    }
+    if (t.bos_token_.empty() && contains(tmpl, "bos_token"))
+      fail("{}: the Llama 3 chat template uses bos_token but tokenizer_config.json has no \"bos_token\"", t.source_);
+  } else if (contains(tmpl, "<|im_start|>")) {
+    t.format_ = contains(tmpl, "</think>") ? ChatFormat::Qwen3 : ChatFormat::ChatML;
+    if (t.format_ == ChatFormat::ChatML) t.default_system_ = find_default_system(tmpl);
+  } else {
+    fail("{}: unrecognised chat_template: it has neither \"<|start_header_id|>\" (Llama 3) nor \"<|im_start|>\" "
+         "(ChatML / Qwen) markers; supported formats: Llama 3, Llama 3.1, ChatML (Qwen2/2.5), Qwen3",
+         t.source_);
+  }
+  return t;
+}
+
+ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
+  const auto config_path = model_dir / "tokenizer_config.json";
+  if (!std::filesystem::exists(config_path)) fail("{}: file not found (needed for the chat template)", config_path.string());
+  const std::string source = config_path.string();
+  json config;
+  try {
+    config = json::parse(read_text_file(config_path));
+  } catch (const json::parse_error& e) {
+    fail("{}: malformed JSON: {}", source, e.what());
+  }
+  if (!config.is_object()) fail("{}: top level is not a JSON object", source);
+
+  std::string bos;
+  if (const auto it = config.find("bos_token"); it != config.end()) {
+    if (it->is_string()) bos = it->get<std::string>();
+    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) bos = (*it)["content"].get<std::string>();
+  }
+
+  std::string tmpl;
+  std::string tmpl_source = source;
+  const auto it = config.find("chat_template");
+  if (it != config.end() && it->is_string()) {
+    tmpl = it->get<std::string>();
+  } else if (it != config.end() && it->is_array()) {
+    for (const json& entry : *it) {
+      if (entry.is_object() && entry.value("name", std::string()) == "default" && entry.contains("template") &&
+          entry["template"].is_string())
+        tmpl = entry["template"].get<std::string>();
+    }
+    if (tmpl.empty()) fail("{}: \"chat_template\" is a list without a \"default\" entry", source);
+  } else if (it != config.end() && !it->is_null()) {
+    fail("{}: \"chat_template\" must be a string or a list of {{\"name\", \"template\"}}", source);
+  } else {
+    const auto jinja_path = model_dir / "chat_template.jinja";
+    if (!std::filesystem::exists(jinja_path))
+      fail("{}: no \"chat_template\" and no {} next to it", source, jinja_path.filename().string());
+    tmpl = read_text_file(jinja_path);
+    tmpl_source = jinja_path.string();
+  }
+  return from_source(tmpl, bos, tmpl_source);
+}
+
+std::string_view ChatTemplate::format_name() const {
+  switch (format_) {
+    case ChatFormat::Llama3: return "llama3";
+    case ChatFormat::Llama31: return "llama3.1";
+    case ChatFormat::ChatML: return "chatml";
+    case ChatFormat::Qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+std::string_view ChatTemplate::end_of_turn() const {
+  return format_ == ChatFormat::Llama3 || format_ == ChatFormat::Llama31 ? "<|eot_id|>" : "<|im_end|>\n";
+}
+
+std::string ChatTemplate::date(const ChatOptions& options) const {
+  if (options.date_string) return *options.date_string;
+  if (!date_from_clock_) return default_date_;
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  std::snprintf(buf, sizeof(buf), "%02d %s %04d", tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900);  // "%d %b %Y", C locale
+  return buf;
+}
+
+void ChatTemplate::check(const std::vector<ChatMessage>& messages) const {
+  if (messages.empty() && format_ != ChatFormat::Llama3)
+    fail("{}: cannot render an empty conversation with the {} chat template", source_, format_name());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (format_ == ChatFormat::Llama31 && (role == "tool" || role == "ipython"))
+      fail("{}: messages[{}]: role \"{}\" is not supported by the built-in Llama 3.1 renderer (the template renders "
+           "tool results as JSON)", source_, i, role);
+    if ((format_ == ChatFormat::ChatML || format_ == ChatFormat::Qwen3) && role != "system" && role != "user" &&
+        role != "assistant" && role != "tool")
+      fail("{}: messages[{}]: role \"{}\" is not rendered by the {} chat template (system, user, assistant, tool)",
+           source_, i, role, format_name());
+  }
+}
+
+// Text for each message (index-aligned with `messages`), with everything the template emits before the
+// per-message loop (BOS, Llama 3.1 system block, ChatML system / default system) folded into the first
+// entry, which the continuation never needs.
+std::vector<std::string> ChatTemplate::render_messages(const std::vector<ChatMessage>& messages,
+                                                       const ChatOptions& options) const {
+  check(messages);
+  const size_t n = messages.size();
+  std::vector<std::string> out(n);
+  switch (format_) {
+    case ChatFormat::Llama3:
+      // {% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'
+      //    + message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}
+      for (size_t i = 0; i < n; ++i) {
+        out[i] = (i == 0 ? bos_token_ : std::string()) + "<|start_header_id|>" + messages[i].role +
+                 "<|end_header_id|>\n\n" + std::string(trim(messages[i].content)) + "<|eot_id|>";
+      }
+      break;
+    case ChatFormat::Llama31: {
+      // {{- bos_token }} ... system block with "Cutting Knowledge Date" / "Today Date", then
+      // '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>'
+      const bool has_system = messages[0].role == "system";
+      std::string head = bos_token_ + "<|start_header_id|>system<|end_header_id|>\n\n" +
+                         "Cutting Knowledge Date: December 2023\n" + "Today Date: " + date(options) + "\n\n" +
+                         std::string(has_system ? trim(messages[0].content) : std::string_view()) + "<|eot_id|>";
+      for (size_t i = has_system ? 1 : 0; i < n; ++i) {
+        out[i] = "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" +
+                 std::string(trim(messages[i].content)) + "<|eot_id|>";
+      }
+      out[0] = head + out[0];
+      break;
+    }
+    case ChatFormat::ChatML:
+    case ChatFormat::Qwen3: {
+      const bool qwen3 = format_ == ChatFormat::Qwen3;
+      std::string head;
+      if (messages[0].role == "system") {
+        head = "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
+      } else if (!default_system_.empty()) {
+        head = "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+      }
+      // Qwen3: {%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %} and the
+      // reversed scan for the last user message that is not a wrapped <tool_response>.
+      size_t last_query = n - 1;
+      for (size_t k = n; k-- > 0;) {
+        const std::string_view c = messages[k].content;
+        const bool wrapped = c.starts_with("<tool_response>") && c.ends_with("</tool_response>");
+        if (messages[k].role == "user" && !wrapped) {
+          last_query = k;
+          break;
+        }
+      }
+      for (size_t i = 0; i < n; ++i) {
+        const ChatMessage& m = messages[i];
+        std::string& s = out[i];
+        if (m.role == "user" || (m.role == "system" && i != 0)) {
+          s = "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+        } else if (m.role == "assistant") {
+          if (!qwen3) {
+            s = "<|im_start|>assistant\n" + m.content + "<|im_end|>\n";
+            continue;
+          }
+          std::string_view content = m.content;
+          std::string_view reasoning;
+          if (contains(content, "</think>")) {
+            // content = message.content.split('</think>')[-1].lstrip('\n')
+            // reasoning_content = message.content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
+            content = lstrip_nl(after_last(m.content, "</think>"));
+            reasoning = lstrip_nl(after_last(rstrip_nl(before_first(m.content, "</think>")), "<think>"));
+          }
+          if (i > last_query && (i + 1 == n || !reasoning.empty())) {
+            s = "<|im_start|>assistant\n<think>\n" + std::string(strip_nl(reasoning)) + "\n</think>\n\n" +
+                std::string(lstrip_nl(content));
+          } else {
+            s = "<|im_start|>assistant\n" + std::string(content);
+          }
+          s += "<|im_end|>\n";
+        } else if (m.role == "tool") {
+          if (i == 0 || messages[i - 1].role != "tool") s += "<|im_start|>user";
+          s += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+          if (i + 1 == n || messages[i + 1].role != "tool") s += "<|im_end|>\n";
+        }
+      }
+      out[0] = head + out[0];
+      break;
+    }
+  }
+  return out;
+}
+
+std::string ChatTemplate::generation_prompt(const ChatOptions& options) const {
+  switch (format_) {
+    case ChatFormat::Llama3:
+    case ChatFormat::Llama31:
+      return "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    case ChatFormat::ChatML:
+      return "<|im_start|>assistant\n";
+    case ChatFormat::Qwen3:
+      // {%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}
+      return options.enable_thinking.has_value() && !*options.enable_thinking
+                 ? "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                 : "<|im_start|>assistant\n";
+  }
+  return {};
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 const ChatOptions& options) const {
+  std::string out;
+  for (const std::string& s : render_messages(messages, options)) out += s;
+  if (add_generation_prompt) out += generation_prompt(options);
+  return out;
+}
+
+std::string ChatTemplate::render_continuation(const std::vector<ChatMessage>& messages, size_t history_count,
+                                              bool add_generation_prompt, const ChatOptions& options) const {
+  if (history_count == 0) return render(messages, add_generation_prompt, options);
+  if (history_count > messages.size())
+    fail("{}: render_continuation: history_count {} exceeds the {} messages", source_, history_count, messages.size());
+  if (messages[history_count - 1].role != "assistant")
+    fail("{}: render_continuation: messages[{}] (the last message already in the context) must be the assistant's "
+         "reply, found role \"{}\"", source_, history_count - 1, messages[history_count - 1].role);
+  const std::vector<std::string> parts = render_messages(messages, options);
+  std::string out(end_of_turn());
+  for (size_t i = history_count; i < parts.size(); ++i) out += parts[i];
+  if (add_generation_prompt) out += generation_prompt(options);
+  return out;
+}
+
+}  // namespace mk

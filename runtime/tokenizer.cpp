@@ -1,0 +1,1049 @@
+// Byte-level BPE tokenizer: see tokenizer.h for the pipeline and what is supported.
+#include "runtime/tokenizer.h"
+
+#include "runtime/error.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+#include <unicode/uchar.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <optional>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+namespace mk {
+
+namespace {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------------
+// UTF-8
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// WHATWG UTF-8 decoder state machine over bytes[i..]: returns the length of the valid sequence starting
+// at i (1..4), or 0 if the bytes starting at i are invalid; in that case *bad_len is the length of the
+// maximal invalid subpart (the bytes replaced by one U+FFFD). *truncated tells whether the sequence is a
+// valid prefix cut off by the end of the input.
+size_t utf8_sequence(std::string_view s, size_t i, size_t* bad_len, bool* truncated) {
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  *truncated = false;
+  *bad_len = 1;
+  if (b0 < 0x80) return 1;
+  size_t need;
+  uint8_t lower = 0x80, upper = 0xBF;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    need = 1;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 2;
+    if (b0 == 0xE0) lower = 0xA0;
+    if (b0 == 0xED) upper = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 3;
+    if (b0 == 0xF0) lower = 0x90;
+    if (b0 == 0xF4) upper = 0x8F;
+  } else {
+    return 0;
+  }
+  for (size_t k = 1; k <= need; ++k) {
+    if (i + k >= s.size()) {
+      *truncated = true;
+      *bad_len = k;
+      return 0;
+    }
+    const auto b = static_cast<uint8_t>(s[i + k]);
+    if (b < lower || b > upper) {
+      *bad_len = k;
+      return 0;
+    }
+    lower = 0x80;
+    upper = 0xBF;
+  }
+  return need + 1;
+}
+
+bool is_valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<uint8_t>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t bad;
+    bool truncated;
+    const size_t n = utf8_sequence(s, i, &bad, &truncated);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+// Next code point of valid UTF-8 at s[i]; advances i.
+char32_t next_code_point(std::string_view s, size_t& i) {
+  const auto b0 = static_cast<uint8_t>(s[i]);
+  if (b0 < 0x80) {
+    ++i;
+    return b0;
+  }
+  const size_t n = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : 2;
+  char32_t c = b0 & (0x7F >> n);
+  for (size_t k = 1; k < n && i + k < s.size(); ++k) c = (c << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
+  i += n;
+  return c;
+}
+
+// Previous code point of valid UTF-8 ending at s[i - 1]; moves i back to its start.
+char32_t prev_code_point(std::string_view s, size_t& i) {
+  size_t start = i - 1;
+  while (start > 0 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+  size_t j = start;
+  const char32_t c = next_code_point(s, j);
+  i = start;
+  return c;
+}
+
+bool is_white_space(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_WHITE_SPACE); }
+
+// Rust's char::is_alphanumeric() (Alphabetic or Numeric) or '_': a "word" character for single_word.
+bool is_word_char(char32_t c) {
+  if (c == '_') return true;
+  if (u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_ALPHABETIC)) return true;
+  const int8_t t = u_charType(static_cast<UChar32>(c));
+  return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GPT-2 byte <-> unicode mapping used by the ByteLevel pre-tokenizer and decoder.
+
+struct ByteLevelTables {
+  std::array<char32_t, 256> byte_to_char{};
+  std::array<int, 0x144> char_to_byte{};  // -1 where the char is not in the alphabet
+  ByteLevelTables() {
+    char_to_byte.fill(-1);
+    std::array<bool, 256> direct{};
+    for (int b = '!'; b <= '~'; ++b) direct[b] = true;
+    for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
+    for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      byte_to_char[b] = direct[b] ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
+      char_to_byte[byte_to_char[b]] = b;
+    }
+  }
+};
+
+const ByteLevelTables& byte_level() {
+  static const ByteLevelTables tables;
+  return tables;
+}
+
+// Raw bytes of a byte-level vocabulary string ("Ġthe" -> " the"); nullopt if a character is outside
+// the 256-character alphabet.
+std::optional<std::string> byte_level_to_bytes(std::string_view key) {
+  std::string out;
+  out.reserve(key.size());
+  size_t i = 0;
+  if (!is_valid_utf8(key)) return std::nullopt;
+  while (i < key.size()) {
+    const char32_t c = next_code_point(key, i);
+    if (c >= byte_level().char_to_byte.size() || byte_level().char_to_byte[c] < 0) return std::nullopt;
+    out += static_cast<char>(byte_level().char_to_byte[c]);
+  }
+  return out;
+}
+
+std::string bytes_to_byte_level(std::string_view bytes) {
+  std::string out;
+  for (const char ch : bytes) append_utf8(out, byte_level().byte_to_char[static_cast<uint8_t>(ch)]);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Heterogeneous string-keyed map.
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// ---------------------------------------------------------------------------------------------------
+// JSON helpers: every error names the file and the field.
+
+std::string describe(const json& j) {
+  std::string s = j.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+const json& member(const json& obj, const char* key, std::string_view source, std::string_view where) {
+  if (!obj.is_object()) fail("{}: {} is not a JSON object", source, where);
+  const auto it = obj.find(key);
+  if (it == obj.end()) fail("{}: missing \"{}.{}\"", source, where, key);
+  return *it;
+}
+
+bool get_bool(const json& obj, const char* key, bool fallback, std::string_view source, std::string_view where) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) fail("{}: \"{}.{}\" must be true or false, found {}", source, where, key, describe(*it));
+  return it->get<bool>();
+}
+
+// "bos_token": "<s>" | {"content": "<s>", ...} | null
+std::optional<std::string> special_token_string(const json& config, const char* key, std::string_view source) {
+  const auto it = config.find(key);
+  if (it == config.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) return (*it)["content"].get<std::string>();
+  fail("{}: \"{}\" must be a string, {{\"content\": ...}} or null, found {}", source, key, describe(*it));
+}
+
+json parse_json(std::string_view text, std::string_view source) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    fail("{}: malformed JSON: {}", source, e.what());
+  }
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open file", path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail("{}: read error", path.string());
+  return ss.str();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// PCRE2 regex (UTF + UCP, JIT when available).
+
+// tokenizer.json patterns are written for Oniguruma, where \s means the Unicode White_Space property.
+// PCRE2's \s in UCP mode also matches U+180E, so map \s / \S to the property explicitly.
+std::string oniguruma_to_pcre2(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() + 32);
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
+      const char n = pattern[i + 1];
+      if (n == 's') {
+        out += "\\p{White_Space}";
+      } else if (n == 'S') {
+        out += "\\P{White_Space}";
+      } else {
+        out += pattern[i];
+        out += n;
+      }
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+std::string escape_regex_literal(std::string_view s) {
+  std::string out = "\\Q";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s.substr(i, 2) == "\\E") {
+      out += "\\E\\\\E\\Q";
+      ++i;
+    } else {
+      out += s[i];
+    }
+  }
+  return out + "\\E";
+}
+
+class Regex {
+ public:
+  Regex(const std::string& pattern, std::string_view source, std::string_view where) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                          &offset, nullptr);
+    if (code_ == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof(message));
+      fail("{}: {}: regex /{}/ does not compile (PCRE2, at offset {}): {}", source, where, pattern, offset,
+           reinterpret_cast<const char*>(message));
+    }
+    uint32_t jit = 0;
+    pcre2_config(PCRE2_CONFIG_JIT, &jit);
+    if (jit != 0) jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
+  }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  ~Regex() { pcre2_code_free(code_); }
+
+  // Calls on_match(start, end) for each non-overlapping match in s (valid UTF-8).
+  template <typename F>
+  void for_each_match(std::string_view s, F&& on_match) const {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    if (md == nullptr) fail("tokenizer: out of memory (PCRE2 match data)");
+    struct Free {
+      pcre2_match_data* md;
+      ~Free() { pcre2_match_data_free(md); }
+    } guard{md};
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
+    size_t offset = 0;
+    while (offset <= s.size()) {
+      uint32_t options = PCRE2_NO_UTF_CHECK;
+      int rc = pcre2_match(code_, subject, s.size(), offset, options, md, nullptr);
+      if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+        // Very long runs can exhaust the 32 KiB JIT stack: fall back to the interpreter for this match.
+        rc = pcre2_match(code_, subject, s.size(), offset, options | PCRE2_NO_JIT, md, nullptr);
+      }
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof(message));
+        fail("tokenizer: regex match failed: {}", reinterpret_cast<const char*>(message));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      const size_t start = ov[0], end = ov[1];
+      if (end == start) {
+        // Empty match: move on by one character.
+        if (start >= s.size()) break;
+        size_t next = start;
+        next_code_point(s, next);
+        offset = next;
+        continue;
+      }
+      on_match(start, end);
+      offset = end;
+    }
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  bool jit_ = false;
+};
+
+constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// ---------------------------------------------------------------------------------------------------
+// Pipeline pieces.
+
+enum class NormForm { None, NFC, NFD, NFKC, NFKD };
+
+struct PreStep {
+  enum Kind { Split, ByteLevel } kind;
+  std::shared_ptr<Regex> regex;   // Split pattern, or ByteLevel's GPT-2 regex when use_regex
+  bool removed = false;           // Split behavior "Removed" (else "Isolated")
+  bool add_prefix_space = false;  // ByteLevel
+};
+
+struct AddedToken {
+  int32_t id;
+  std::string content;
+  bool special, lstrip, rstrip, normalized, single_word;
+};
+
+// Trie over bytes for leftmost-longest matching of added tokens.
+class TokenTrie {
+ public:
+  void insert(std::string_view s, int32_t token_index) {
+    int32_t node = 0;
+    for (const char ch : s) {
+      const uint64_t key = (static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(ch);
+      auto it = edges_.find(key);
+      if (it == edges_.end()) {
+        terminal_.push_back(-1);
+        it = edges_.emplace(key, static_cast<int32_t>(terminal_.size() - 1)).first;
+      }
+      node = it->second;
+    }
+    first_byte_[static_cast<uint8_t>(s[0])] = true;
+    terminal_[node] = token_index;
+  }
+  bool empty() const { return terminal_.size() <= 1; }
+  // Longest accepted token starting at s[i]: (token_index, length) or (-1, 0).
+  template <typename Accept>
+  std::pair<int32_t, size_t> longest(std::string_view s, size_t i, Accept&& accept) const {
+    std::pair<int32_t, size_t> best{-1, 0};
+    if (!first_byte_[static_cast<uint8_t>(s[i])]) return best;
+    int32_t node = 0;
+    for (size_t j = i; j < s.size(); ++j) {
+      const auto it = edges_.find((static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(s[j]));
+      if (it == edges_.end()) break;
+      node = it->second;
+      if (terminal_[node] >= 0 && accept(terminal_[node])) best = {terminal_[node], j + 1 - i};
+    }
+    return best;
+  }
+
+ private:
+  std::unordered_map<uint64_t, int32_t> edges_;
+  std::vector<int32_t> terminal_{-1};
+  std::array<bool, 256> first_byte_{};
+};
+
+struct MergeInfo {
+  uint32_t rank;
+  int32_t merged;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+
+struct Tokenizer::Impl {
+  std::string source;
+
+  // Model.
+  StringMap bytes_to_id;                      // model vocabulary keyed by raw bytes
+  std::array<int32_t, 256> byte_id{};         // single-byte tokens
+  std::unordered_map<uint64_t, MergeInfo> merges;  // (left << 32 | right) -> rank, merged token
+  bool ignore_merges = false;
+
+  // Id tables over [0, vocab_size).
+  std::vector<std::string> token_bytes;
+  std::vector<uint8_t> added_flag, special_flag;
+
+  // Added tokens.
+  std::vector<AddedToken> added;
+  StringMap added_by_content;
+  TokenTrie raw_trie, normalized_trie;  // "normalized": false / true tokens
+
+  NormForm norm = NormForm::None;
+  std::vector<PreStep> pre_steps;
+
+  // Post-processor (add_special_tokens = true).
+  std::vector<int32_t> prefix_ids, suffix_ids;
+  std::string post_processor_error;
+
+  int32_t bos = -1;
+  std::vector<int32_t> eos;
+
+  // ---- encode ----
+  std::string normalize(std::string_view s) const {
+    if (norm == NormForm::None || s.empty()) return std::string(s);
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::Normalizer2* n = nullptr;
+    switch (norm) {
+      case NormForm::NFC: n = icu::Normalizer2::getNFCInstance(status); break;
+      case NormForm::NFD: n = icu::Normalizer2::getNFDInstance(status); break;
+      case NormForm::NFKC: n = icu::Normalizer2::getNFKCInstance(status); break;
+      case NormForm::NFKD: n = icu::Normalizer2::getNFKDInstance(status); break;
+      case NormForm::None: break;
+    }
+    if (U_FAILURE(status) || n == nullptr) fail("tokenizer: ICU normalizer unavailable: {}", u_errorName(status));
+    const icu::StringPiece piece(s.data(), static_cast<int32_t>(s.size()));
+    if (n->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) return std::string(s);
+    status = U_ZERO_ERROR;
+    std::string out;
+    icu::StringByteSink<std::string> sink(&out);
+    n->normalizeUTF8(0, piece, sink, nullptr, status);
+    if (U_FAILURE(status)) fail("tokenizer: ICU normalization failed: {}", u_errorName(status));
+    return out;
+  }
+
+  // Splits `s` at the added tokens of `trie`; calls on_text(string_view) for the text between them and
+  // on_token(id) for each token.
+  template <typename OnText, typename OnToken>
+  void split_added(std::string_view s, const TokenTrie& trie, bool parse_special, OnText&& on_text,
+                   OnToken&& on_token) const {
+    if (trie.empty()) {
+      if (!s.empty()) on_text(s);
+      return;
+    }
+    struct Match {
+      size_t start, end;
+      int32_t token;
+    };
+    std::vector<Match> matches;
+    const auto accept = [&](int32_t t) { return parse_special || !added[t].special; };
+    for (size_t i = 0; i < s.size();) {
+      const auto [t, len] = trie.longest(s, i, accept);
+      if (t < 0) {
+        ++i;
+        continue;
+      }
+      const AddedToken& tok = added[t];
+      if (tok.single_word) {
+        size_t p = i, q = i + len;
+        const bool start_ok = i == 0 || !is_word_char(prev_code_point(s, p));
+        const bool end_ok = i + len == s.size() || !is_word_char(next_code_point(s, q));
+        if (!start_ok || !end_ok) {
+          ++i;
+          continue;
+        }
+      }
+      matches.push_back({i, i + len, t});
+      i += len;
+    }
+    // lstrip / rstrip: the token absorbs the White_Space next to it.
+    for (size_t k = 0; k < matches.size(); ++k) {
+      Match& m = matches[k];
+      const size_t lo = k == 0 ? 0 : matches[k - 1].end;
+      const size_t hi = k + 1 == matches.size() ? s.size() : matches[k + 1].start;
+      if (added[m.token].lstrip) {
+        while (m.start > lo) {
+          size_t p = m.start;
+          if (!is_white_space(prev_code_point(s, p)) || p < lo) break;
+          m.start = p;
+        }
+      }
+      if (added[m.token].rstrip) {
+        while (m.end < hi) {
+          size_t q = m.end;
+          if (!is_white_space(next_code_point(s, q)) || q > hi) break;
+          m.end = q;
+        }
+      }
+    }
+    size_t pos = 0;
+    for (const Match& m : matches) {
+      if (m.start > pos) on_text(s.substr(pos, m.start - pos));
+      on_token(added[m.token].id);
+      pos = m.end;
+    }
+    if (pos < s.size()) on_text(s.substr(pos));
+  }
+
+  void pre_tokenize(std::string_view s, std::vector<std::string>& pieces) const {
+    pieces.clear();
+    pieces.emplace_back(s);
+    std::vector<std::string> next;
+    for (const PreStep& step : pre_steps) {
+      next.clear();
+      for (std::string& piece : pieces) {
+        if (step.kind == PreStep::ByteLevel) {
+          if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) piece.insert(piece.begin(), ' ');
+          if (!step.regex) {
+            next.push_back(std::move(piece));
+            continue;
+          }
+        }
+        // Split "Isolated": matches and the text between them are pieces; "Removed": only the text between.
+        const bool keep_matches = step.kind == PreStep::ByteLevel || !step.removed;
+        size_t prev = 0;
+        step.regex->for_each_match(piece, [&](size_t start, size_t end) {
+          if (start > prev) next.emplace_back(piece, prev, start - prev);
+          if (keep_matches) next.emplace_back(piece, start, end - start);
+          prev = end;
+        });
+        if (prev < piece.size()) next.emplace_back(piece, prev, piece.size() - prev);
+      }
+      std::swap(pieces, next);
+    }
+  }
+
+  void bpe(std::string_view piece, std::vector<int32_t>& out) const {
+    if (piece.empty()) return;
+    if (piece.size() == 1) {
+      out.push_back(byte_id[static_cast<uint8_t>(piece[0])]);
+      return;
+    }
+    if (ignore_merges) {
+      const auto it = bytes_to_id.find(piece);
+      if (it != bytes_to_id.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
+    struct Sym {
+      int32_t id, prev, next;
+    };
+    struct Cand {
+      uint32_t rank;
+      int32_t pos, left, right;
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    const auto n = static_cast<int32_t>(piece.size());
+    std::vector<Sym> syms(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) syms[i] = {byte_id[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    std::priority_queue<Cand, std::vector<Cand>, std::greater<>> heap;
+    const auto consider = [&](int32_t pos) {
+      const Sym& a = syms[pos];
+      if (a.next < 0) return;
+      const int32_t right = syms[a.next].id;
+      const auto it = merges.find((static_cast<uint64_t>(static_cast<uint32_t>(a.id)) << 32) | static_cast<uint32_t>(right));
+      if (it != merges.end()) heap.push({it->second.rank, pos, a.id, right});
+    };
+    for (int32_t i = 0; i + 1 < n; ++i) consider(i);
+    while (!heap.empty()) {
+      const Cand c = heap.top();
+      heap.pop();
+      Sym& a = syms[c.pos];
+      if (a.id != c.left || a.next < 0 || syms[a.next].id != c.right) continue;  // stale
+      const int32_t b = a.next;
+      a.id = merges.at((static_cast<uint64_t>(static_cast<uint32_t>(c.left)) << 32) | static_cast<uint32_t>(c.right)).merged;
+      a.next = syms[b].next;
+      if (a.next >= 0) syms[a.next].prev = c.pos;
+      syms[b].id = -1;
+      if (a.prev >= 0) consider(a.prev);
+      consider(c.pos);
+    }
+    for (int32_t i = 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
+  }
+
+  std::vector<int32_t> encode(std::string_view input, bool parse_special, bool add_special_tokens) const {
+    if (add_special_tokens && !post_processor_error.empty()) fail("{}: {}", source, post_processor_error);
+    std::string repaired;
+    std::string_view text = input;
+    if (!is_valid_utf8(input)) {
+      repaired = sanitize_utf8(input);
+      text = repaired;
+    }
+    std::vector<int32_t> out;
+    if (add_special_tokens) out = prefix_ids;
+    std::vector<std::string> pieces;
+    const auto on_token = [&](int32_t id) { out.push_back(id); };
+    split_added(text, raw_trie, parse_special, [&](std::string_view section) {
+      const std::string normalized = normalize(section);
+      split_added(normalized, normalized_trie, parse_special, [&](std::string_view sub) {
+        pre_tokenize(sub, pieces);
+        for (const std::string& p : pieces) bpe(p, out);
+      }, on_token);
+    }, on_token);
+    if (add_special_tokens) out.insert(out.end(), suffix_ids.begin(), suffix_ids.end());
+    return out;
+  }
+
+  bool has_token(int32_t id) const { return id >= 0 && static_cast<size_t>(id) < token_bytes.size(); }
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Loading.
+
+namespace {
+
+NormForm parse_normalizer(const json& j, std::string_view source) {
+  if (j.is_null()) return NormForm::None;
+  const std::string type = member(j, "type", source, "normalizer").is_string() ? j["type"].get<std::string>() : "";
+  if (type == "NFC") return NormForm::NFC;
+  if (type == "NFD") return NormForm::NFD;
+  if (type == "NFKC") return NormForm::NFKC;
+  if (type == "NFKD") return NormForm::NFKD;
+  if (type == "Sequence") {
+    NormForm form = NormForm::None;
+    for (const json& n : member(j, "normalizers", source, "normalizer")) {
+      const NormForm f = parse_normalizer(n, source);
+      if (f != NormForm::None && form != NormForm::None && f != form)
+        fail("{}: unsupported normalizer: a Sequence of different Unicode normal forms", source);
+      if (f != NormForm::None) form = f;
+    }
+    return form;
+  }
+  fail("{}: unsupported normalizer type {} (supported: NFC, NFD, NFKC, NFKD, Sequence of those, null)", source,
+       describe(j["type"]));
+}
+
+void parse_pre_tokenizer(const json& j, std::string_view source, std::vector<PreStep>& steps) {
+  if (j.is_null()) return;
+  const json& type_j = member(j, "type", source, "pre_tokenizer");
+  const std::string type = type_j.is_string() ? type_j.get<std::string>() : "";
+  if (type == "Sequence") {
+    for (const json& p : member(j, "pretokenizers", source, "pre_tokenizer")) parse_pre_tokenizer(p, source, steps);
+    return;
+  }
+  if (type == "ByteLevel") {
+    PreStep step{PreStep::ByteLevel, nullptr};
+    step.add_prefix_space = get_bool(j, "add_prefix_space", false, source, "pre_tokenizer.ByteLevel");
+    if (get_bool(j, "use_regex", true, source, "pre_tokenizer.ByteLevel"))
+      step.regex = std::make_shared<Regex>(oniguruma_to_pcre2(kGpt2Pattern), source, "ByteLevel regex");
+    steps.push_back(std::move(step));
+    return;
+  }
+  if (type == "Split") {
+    const json& pattern = member(j, "pattern", source, "pre_tokenizer.Split");
+    std::string regex;
+    if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      regex = oniguruma_to_pcre2(pattern["Regex"].get<std::string>());
+    } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
+      regex = escape_regex_literal(pattern["String"].get<std::string>());
+    } else {
+      fail("{}: pre_tokenizer.Split.pattern must be {{\"Regex\": ...}} or {{\"String\": ...}}, found {}", source,
+           describe(pattern));
+    }
+    if (get_bool(j, "invert", false, source, "pre_tokenizer.Split"))
+      fail("{}: unsupported pre_tokenizer.Split with \"invert\": true", source);
+    const json& behavior = member(j, "behavior", source, "pre_tokenizer.Split");
+    PreStep step{PreStep::Split, std::make_shared<Regex>(regex, source, "pre_tokenizer.Split.pattern")};
+    if (behavior == "Isolated") {
+      step.removed = false;
+    } else if (behavior == "Removed") {
+      step.removed = true;
+    } else {
+      fail("{}: unsupported pre_tokenizer.Split.behavior {} (supported: Isolated, Removed)", source, describe(behavior));
+    }
+    steps.push_back(std::move(step));
+    return;
+  }
+  fail("{}: unsupported pre_tokenizer type {} (supported: ByteLevel, Split, Sequence)", source, describe(type_j));
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
+                               std::string_view generation_config_json, std::string_view source_name) {
+  try {
+    return from_json_unchecked(tokenizer_json, tokenizer_config_json, generation_config_json, source_name);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of an unexpected JSON type somewhere not checked explicitly.
+    fail("{}: unexpected content: {}", source_name, e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
+                                         std::string_view generation_config_json, std::string_view source_name) {
+  auto impl = std::make_unique<Impl>();
+  Impl& t = *impl;
+  t.source = std::string(source_name);
+  const std::string_view source = t.source;
+  const json root = parse_json(tokenizer_json, source);
+  if (!root.is_object()) fail("{}: top level is not a JSON object", source);
+
+  // ---- model ----
+  const json& model = member(root, "model", source, "(root)");
+  if (!model.is_object()) fail("{}: \"model\" is not a JSON object", source);
+  if (model.contains("type")) {
+    if (model["type"] != "BPE")
+      fail("{}: unsupported model type {} (only byte-level \"BPE\" is supported)", source, describe(model["type"]));
+  } else if (!model.contains("merges")) {
+    fail("{}: \"model\" has no \"type\" and no \"merges\": not a BPE model", source);
+  }
+  if (get_bool(model, "byte_fallback", false, source, "model"))
+    fail("{}: unsupported \"model.byte_fallback\": true (SentencePiece-style BPE)", source);
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
+    fail("{}: unsupported \"model.dropout\" {}", source, describe(model["dropout"]));
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(key) && !model[key].is_null() && model[key] != "")
+      fail("{}: unsupported \"model.{}\" {}", source, key, describe(model[key]));
+  }
+  t.ignore_merges = get_bool(model, "ignore_merges", false, source, "model");
+
+  const json& vocab = member(model, "vocab", source, "model");
+  if (!vocab.is_object()) fail("{}: \"model.vocab\" must be an object of token -> id", source);
+  StringMap key_to_id;  // byte-level strings
+  key_to_id.reserve(vocab.size());
+  int32_t max_id = -1;
+  for (const auto& [key, value] : vocab.items()) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX)
+      fail("{}: \"model.vocab\" entry {} has a bad id {}", source, describe(key), describe(value));
+    const auto id = value.get<int32_t>();
+    key_to_id.emplace(key, id);
+    max_id = std::max(max_id, id);
+  }
+
+  // ---- added tokens ----
+  if (root.contains("added_tokens") && !root["added_tokens"].is_null()) {
+    const json& list = root["added_tokens"];
+    if (!list.is_array()) fail("{}: \"added_tokens\" must be an array", source);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const json& a = list[i];
+      const std::string where = fmt::format("added_tokens[{}]", i);
+      const json& id = member(a, "id", source, where);
+      const json& content = member(a, "content", source, where);
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        fail("{}: \"{}.id\" is not a valid token id: {}", source, where, describe(id));
+      if (!content.is_string() || content.get<std::string>().empty())
+        fail("{}: \"{}.content\" must be a non-empty string", source, where);
+      AddedToken tok;
+      tok.id = id.get<int32_t>();
+      tok.content = content.get<std::string>();
+      if (!is_valid_utf8(tok.content)) fail("{}: \"{}.content\" is not valid UTF-8", source, where);
+      tok.special = get_bool(a, "special", false, source, where);
+      tok.lstrip = get_bool(a, "lstrip", false, source, where);
+      tok.rstrip = get_bool(a, "rstrip", false, source, where);
+      tok.single_word = get_bool(a, "single_word", false, source, where);
+      tok.normalized = get_bool(a, "normalized", !tok.special, source, where);
+      max_id = std::max(max_id, tok.id);
+      t.added.push_back(std::move(tok));
+    }
+  }
+  if (max_id < 0) fail("{}: empty vocabulary", source);
+  const auto vocab_size = static_cast<size_t>(max_id) + 1;
+  t.token_bytes.assign(vocab_size, std::string());
+  t.added_flag.assign(vocab_size, 0);
+  t.special_flag.assign(vocab_size, 0);
+
+  t.bytes_to_id.reserve(key_to_id.size());
+  for (const auto& [key, id] : key_to_id) {
+    if (auto bytes = byte_level_to_bytes(key)) {
+      t.token_bytes[id] = *bytes;
+      t.bytes_to_id.emplace(std::move(*bytes), id);
+    } else {
+      t.token_bytes[id] = key;  // not byte-level: decodes to its own text, never produced by encode
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    const auto it = t.bytes_to_id.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
+    if (it == t.bytes_to_id.end())
+      fail("{}: \"model.vocab\" has no token for byte 0x{:02X} ({}): not a byte-level BPE vocabulary", source, b,
+           bytes_to_byte_level(std::string(1, static_cast<char>(b))));
+    t.byte_id[b] = it->second;
+  }
+
+  // ---- merges ----
+  const json& merges = member(model, "merges", source, "model");
+  if (!merges.is_array()) fail("{}: \"model.merges\" must be an array", source);
+  t.merges.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const json& m = merges[i];
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
+        fail("{}: \"model.merges[{}]\" {} is not two space-separated tokens", source, i, describe(m));
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else {
+      fail("{}: \"model.merges[{}]\" must be \"a b\" or [\"a\", \"b\"], found {}", source, i, describe(m));
+    }
+    const auto ia = key_to_id.find(a), ib = key_to_id.find(b), iab = key_to_id.find(a + b);
+    if (ia == key_to_id.end() || ib == key_to_id.end() || iab == key_to_id.end()) {
+      const std::string& missing = ia == key_to_id.end() ? a : ib == key_to_id.end() ? b : a + b;
+      fail("{}: \"model.merges[{}]\" {} uses token {} which is not in \"model.vocab\"", source, i, describe(m),
+           describe(json(missing)));
+    }
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
+    t.merges[key] = MergeInfo{static_cast<uint32_t>(i), iab->second};  // a repeated pair: the last one wins
+  }
+
+  // Added tokens go after the model vocabulary so that they win on id conflicts (as in HF).
+  for (size_t i = 0; i < t.added.size(); ++i) {
+    const AddedToken& tok = t.added[i];
+    t.token_bytes[tok.id] = tok.content;
+    t.added_flag[tok.id] = 1;
+    t.special_flag[tok.id] = tok.special ? 1 : 0;
+    t.added_by_content[tok.content] = tok.id;
+  }
+
+  // ---- normalizer, pre-tokenizer, decoder ----
+  t.norm = parse_normalizer(root.value("normalizer", json()), source);
+  parse_pre_tokenizer(root.value("pre_tokenizer", json()), source, t.pre_steps);
+  if (std::none_of(t.pre_steps.begin(), t.pre_steps.end(), [](const PreStep& s) { return s.kind == PreStep::ByteLevel; }))
+    fail("{}: \"pre_tokenizer\" has no ByteLevel step: only byte-level BPE tokenizers are supported", source);
+  {
+    const json decoder = root.value("decoder", json());
+    if (!decoder.is_object() || decoder.value("type", json()) != "ByteLevel")
+      fail("{}: unsupported decoder {} (only \"ByteLevel\" is supported)", source,
+           decoder.is_object() ? describe(decoder.value("type", json())) : describe(decoder));
+  }
+  for (size_t i = 0; i < t.added.size(); ++i) {
+    AddedToken& tok = t.added[i];
+    if (tok.normalized && t.norm != NormForm::None) {
+      const std::string normalized = t.normalize(tok.content);
+      t.normalized_trie.insert(normalized, static_cast<int32_t>(i));
+      if (!t.added_by_content.count(normalized)) t.added_by_content[normalized] = tok.id;
+    } else {
+      t.raw_trie.insert(tok.content, static_cast<int32_t>(i));
+    }
+  }
+
+  // ---- post-processor (only used by encode(add_special_tokens = true)) ----
+  {
+    std::vector<const json*> todo;
+    const json post = root.value("post_processor", json());
+    if (!post.is_null()) todo.push_back(&post);
+    for (size_t k = 0; k < todo.size(); ++k) {
+      const json& p = *todo[k];
+      const std::string type = p.is_object() ? p.value("type", std::string()) : std::string();
+      if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
+        for (const json& q : p["processors"]) todo.push_back(&q);
+      } else if (type == "ByteLevel") {
+        // offsets only
+      } else if (type == "TemplateProcessing" && p.contains("single") && p["single"].is_array()) {
+        bool seen_sequence = false;
+        for (const json& piece : p["single"]) {
+          if (piece.contains("Sequence")) {
+            seen_sequence = true;
+          } else if (piece.contains("SpecialToken")) {
+            const std::string name = piece["SpecialToken"].value("id", std::string());
+            const json* ids = nullptr;
+            if (p.contains("special_tokens") && p["special_tokens"].contains(name)) ids = &p["special_tokens"][name]["ids"];
+            if (ids == nullptr || !ids->is_array()) {
+              t.post_processor_error = fmt::format("post_processor special token {} has no ids", describe(json(name)));
+              break;
+            }
+            for (const json& id : *ids) (seen_sequence ? t.suffix_ids : t.prefix_ids).push_back(id.get<int32_t>());
+          }
+        }
+      } else {
+        t.post_processor_error = fmt::format("unsupported post_processor {}", describe(p));
+      }
+    }
+  }
+
+  // ---- tokenizer_config.json / generation_config.json ----
+  Tokenizer tok(std::move(impl));
+  if (!tokenizer_config_json.empty()) {
+    const std::string config_source = fmt::format("{} (tokenizer_config.json)", source);
+    const json config = parse_json(tokenizer_config_json, config_source);
+    if (!config.is_object()) fail("{}: top level is not a JSON object", config_source);
+    if (const auto bos = special_token_string(config, "bos_token", config_source)) {
+      tok.impl_->bos = tok.token_id(*bos);
+      if (tok.impl_->bos < 0) fail("{}: \"bos_token\" {} is not a token", config_source, describe(json(*bos)));
+    }
+    if (const auto eos = special_token_string(config, "eos_token", config_source)) {
+      const int32_t id = tok.token_id(*eos);
+      if (id < 0) fail("{}: \"eos_token\" {} is not a token", config_source, describe(json(*eos)));
+      tok.impl_->eos.push_back(id);
+    }
+  }
+  if (!generation_config_json.empty()) {
+    const std::string gen_source = fmt::format("{} (generation_config.json)", source);
+    const json gen = parse_json(generation_config_json, gen_source);
+    const json ids = gen.is_object() ? gen.value("eos_token_id", json()) : json();
+    std::vector<int32_t> list;
+    if (ids.is_number_integer()) list.push_back(ids.get<int32_t>());
+    else if (ids.is_array())
+      for (const json& id : ids) {
+        if (!id.is_number_integer()) fail("{}: \"eos_token_id\" must be an integer or a list of integers", gen_source);
+        list.push_back(id.get<int32_t>());
+      }
+    else if (!ids.is_null()) fail("{}: \"eos_token_id\" must be an integer or a list of integers", gen_source);
+    for (const int32_t id : list) {
+      if (id < 0 || static_cast<size_t>(id) >= vocab_size) fail("{}: eos_token_id {} is out of range", gen_source, id);
+      if (std::find(tok.impl_->eos.begin(), tok.impl_->eos.end(), id) == tok.impl_->eos.end()) tok.impl_->eos.push_back(id);
+    }
+  }
+  return tok;
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
+  const auto tokenizer_path = model_dir / "tokenizer.json";
+  const auto config_path = model_dir / "tokenizer_config.json";
+  const auto generation_path = model_dir / "generation_config.json";
+  if (!std::filesystem::exists(tokenizer_path)) fail("{}: file not found (a Hugging Face tokenizer.json is required)", tokenizer_path.string());
+  if (!std::filesystem::exists(config_path)) fail("{}: file not found (required next to tokenizer.json)", config_path.string());
+  const std::string tokenizer_json = read_file(tokenizer_path);
+  const std::string config_json = read_file(config_path);
+  const std::string generation_json = std::filesystem::exists(generation_path) ? read_file(generation_path) : std::string();
+  return from_json(tokenizer_json, config_json, generation_json, tokenizer_path.string());
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special, bool add_special_tokens) const {
+  return impl_->encode(text, parse_special, add_special_tokens);
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  StreamingDecoder d(*this, skip_special);
+  std::string out;
+  for (const int32_t id : ids) out += d.push(id);
+  out += d.flush();
+  return out;
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  return impl_->has_token(id) ? std::string_view(impl_->token_bytes[id]) : std::string_view();
+}
+bool Tokenizer::is_special(int32_t id) const { return impl_->has_token(id) && impl_->special_flag[id] != 0; }
+bool Tokenizer::is_added(int32_t id) const { return impl_->has_token(id) && impl_->added_flag[id] != 0; }
+
+int32_t Tokenizer::token_id(std::string_view piece) const {
+  if (const auto it = impl_->added_by_content.find(piece); it != impl_->added_by_content.end()) return it->second;
+  if (const auto it = impl_->bytes_to_id.find(piece); it != impl_->bytes_to_id.end()) return it->second;
+  return -1;
+}
+
+int32_t Tokenizer::bos_id() const { return impl_->bos; }
+std::vector<int32_t> Tokenizer::eos_ids() const { return impl_->eos; }
+size_t Tokenizer::vocab_size() const { return impl_->token_bytes.size(); }
+
+// ---------------------------------------------------------------------------------------------------
+
+StreamingDecoder::StreamingDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+
+std::string StreamingDecoder::push(int32_t id) {
+  const Tokenizer::Impl& t = *tokenizer_->impl_;
+  if (!t.has_token(id)) return {};
+  if (t.added_flag[id] != 0) {
+    // Added tokens are emitted verbatim; bytes held back before them can no longer complete.
+    if (skip_special_ && t.special_flag[id] != 0) return {};
+    std::string out = flush();
+    out += t.token_bytes[id];
+    return out;
+  }
+  pending_ += t.token_bytes[id];
+  const size_t n = complete_utf8_prefix(pending_);
+  std::string out = sanitize_utf8(std::string_view(pending_).substr(0, n));
+  pending_.erase(0, n);
+  return out;
+}
+
+std::string StreamingDecoder::flush() {
+  std::string out = sanitize_utf8(pending_);
+  pending_.clear();
+  return out;
+}
+
+std::string sanitize_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<uint8_t>(s[i]) < 0x80) {
+      out += s[i++];
+      continue;
+    }
+    size_t bad;
+    bool truncated;
+    const size_t n = utf8_sequence(s, i, &bad, &truncated);
+    if (n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += kReplacement;
+      i += bad;
+    }
+  }
+  return out;
+}
+
+size_t complete_utf8_prefix(std::string_view s) {
+  // Only the last (up to 3) bytes can be an incomplete sequence.
+  const size_t from = s.size() > 3 ? s.size() - 3 : 0;
+  for (size_t i = from; i < s.size(); ++i) {
+    const auto b = static_cast<uint8_t>(s[i]);
+    if ((b & 0xC0) == 0x80) continue;  // continuation byte
+    size_t bad;
+    bool truncated;
+    if (utf8_sequence(s, i, &bad, &truncated) == 0 && truncated) return i;
+  }
+  return s.size();
+}
+
+}  // namespace mk
