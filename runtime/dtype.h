@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string_view>
 
 #include "runtime/portability.h"
@@ -14,23 +13,20 @@ enum class DType : uint8_t { F32, F16, BF16 };
 inline constexpr int dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 std::string_view dtype_name(DType t);  // "F32", "F16", "BF16" as in safetensors
 
+// nvcc's device pass has the intrinsics; g++ and clang (HIP included) have __builtin_bit_cast.
 MK_HD_INLINE float bits_to_float(uint32_t bits) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#if defined(__CUDA_ARCH__)
   return __uint_as_float(bits);
 #else
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return __builtin_bit_cast(float, bits);
 #endif
 }
 
 MK_HD_INLINE uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+#if defined(__CUDA_ARCH__)
   return __float_as_uint(f);
 #else
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return bits;
+  return __builtin_bit_cast(uint32_t, f);
 #endif
 }
 

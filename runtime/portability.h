@@ -4,7 +4,7 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define MK_HD __host__ __device__
-#define MK_HD_INLINE __host__ __device__ __forceinline__
+#define MK_HD_INLINE __host__ __device__ inline __attribute__((always_inline))
 #else
 #define MK_HD
 #define MK_HD_INLINE inline

@@ -29,8 +29,8 @@ struct SamplingParams {
   float top_p = 1.0f;
   float min_p = 0.0f;
   uint64_t seed = 0;
-  bool greedy() const { return temperature <= 0.0f || top_k == 1; }
-  int candidate_count(int vocab) const {
+  MK_HD bool greedy() const { return temperature <= 0.0f || top_k == 1; }
+  MK_HD int candidate_count(int vocab) const {
     int k = (top_k > 0 && top_k <= kMaxCandidates) ? top_k : kMaxCandidates;
     return k < vocab ? k : vocab;
   }

@@ -117,10 +117,9 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   s.num_workgroups = W;
   s.num_layers = c.num_layers;
   const int groups = c.num_kv_heads;
-  // Enough splits to occupy the grid at long contexts, few enough that combining partials stays cheap:
-  // about 256 positions per split at the expected context.
-  s.attention_splits = p.attention_splits > 0 ? p.attention_splits
-                                              : std::clamp(p.context / 256, 1, std::max(1, W / groups));
+  // Attention is latency-bound per workgroup, so it is spread over the whole grid (one split of the cache
+  // per workgroup and kv head), capped so that combining the partials in o_proj stays cheap.
+  s.attention_splits = p.attention_splits > 0 ? p.attention_splits : std::clamp(W / groups, 1, 32);
   Builder b(W);
 
   const uint32_t embed_done = b.counter("embed");

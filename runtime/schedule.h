@@ -51,8 +51,7 @@ static_assert(sizeof(Instr) == 48, "Instr is shared with the GPU: keep its layou
 
 struct ScheduleParams {
   int num_workgroups = 132;
-  int attention_splits = 0;  // splits of the KV cache per kv head; 0: chosen from the context
-  int context = 1024;        // expected context length (only used to choose attention_splits)
+  int attention_splits = 0;  // splits of the KV cache per kv head; 0: one per workgroup per kv head (max 32)
 };
 
 struct Schedule {

@@ -165,7 +165,7 @@ TEST(DependencyChecker, CatchesAMissingWaitOfOProjOnAttention) {
   EmulatorOptions opt;
   opt.num_workgroups = 16;
   opt.context = 32;
-  auto good = build_schedule(model->config, ScheduleParams{16, 0, 32});
+  auto good = build_schedule(model->config, ScheduleParams{16, 0});
   // The planted bug: layer 1's first o_proj block no longer waits for layer 1's attention.
   auto bad = without_wait(good, [](const Instr& in) { return in.op == Op::OProj && in.layer == 1; });
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
@@ -191,7 +191,7 @@ TEST(DependencyChecker, CatchesAnAttentionThatWaitsForTooFewQkvBlocks) {
   EmulatorOptions opt;
   opt.num_workgroups = 24;
   opt.context = 32;
-  auto s = build_schedule(model->config, ScheduleParams{24, 0, 32});
+  auto s = build_schedule(model->config, ScheduleParams{24, 0});
   for (auto& in : s.instrs)
     if (in.op == Op::Attention && in.layer == 0 && in.begin == 1) in.waits[0].per_step -= 1;  // one block short
   const std::string msg = run_and_catch(*model, s, opt);
@@ -209,7 +209,7 @@ TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {
   EmulatorOptions opt;
   opt.num_workgroups = 8;
   opt.context = 32;
-  auto s = without_wait(build_schedule(model->config, ScheduleParams{8, 0, 32}),
+  auto s = without_wait(build_schedule(model->config, ScheduleParams{8, 0}),
                         [](const Instr& in) { return in.op == Op::QKV && in.layer == 1; });
   const std::string msg = run_and_catch(*model, s, opt);
   EXPECT_THAT(msg, HasSubstr("dependency violation"));
@@ -223,7 +223,7 @@ TEST(Emulator, ReportsADeadlockNamingTheStuckInstruction) {
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 16;
-  auto s = build_schedule(model->config, ScheduleParams{4, 0, 16});
+  auto s = build_schedule(model->config, ScheduleParams{4, 0});
   for (auto& in : s.instrs)
     if (in.op == Op::GateUp && in.layer == 0) in.waits[0].per_step += 1;  // waits for a block that never comes
   const std::string msg = run_and_catch(*model, s, opt);

@@ -12,6 +12,7 @@
 #include "host/emulator/dependency_checker.h"
 #include "runtime/error.h"
 #include "runtime/rope.h"
+#include "runtime/schedule_diagnostics.h"
 #include "runtime/weight_layout.h"
 
 namespace mk {
@@ -404,25 +405,13 @@ struct Emulator::Impl {
   }
 
   [[noreturn]] void report_deadlock(const std::vector<Workgroup>& wgs) const {
-    std::string detail;
-    int shown = 0;
-    for (size_t w = 0; w < wgs.size() && shown < 8; ++w) {
+    std::vector<WorkgroupPosition> blocked;
+    for (size_t w = 0; w < wgs.size(); ++w) {
       const Workgroup& g = wgs[w];
       if (g.done) continue;
-      ++shown;
-      if (!g.gate_passed) {
-        detail += fmt::format("\n  workgroup {} at the step {} gate: counter '{}' is {}, needs {}", w, g.step,
-                              schedule.counter_names[schedule.sample_counter], counters[schedule.sample_counter], g.step);
-        continue;
-      }
-      const Instr& in = schedule.instrs[schedule.wg_begin[w] + g.pc];
-      for (int i = 0; i < in.num_waits; ++i)
-        if (counters[in.waits[i].counter] < target(in.waits[i], g.step))
-          detail += fmt::format("\n  workgroup {} step {}: {} waits for counter '{}' = {}, needs {}", w, g.step,
-                                schedule.describe(in), schedule.counter_names[in.waits[i].counter],
-                                counters[in.waits[i].counter], target(in.waits[i], g.step));
+      blocked.push_back({int(w), g.step, !g.gate_passed, schedule.wg_begin[w] + g.pc});
     }
-    fail("emulator: deadlock, no workgroup can proceed:{}", detail);
+    fail("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &counters));
   }
 
   void launch() {
@@ -484,7 +473,7 @@ struct Emulator::Impl {
 
 Emulator::Emulator(const Model& model, const EmulatorOptions& options)
     : Emulator(model,
-               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, options.context}),
+               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits}),
                options) {}
 
 Emulator::Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options)

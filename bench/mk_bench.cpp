@@ -1,0 +1,182 @@
+// mk-bench: decode speed of the monokernel against the memory roofline measured in the same run.
+// For each context depth: ms/token (median of repetitions, with min/max), tok/s, bytes that must be read
+// per token (weights + KV actually read), achieved GB/s and % of the measured streaming-read and copy
+// bandwidth. --profile adds the per-instruction breakdown, --json the machine-readable form.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "device/bandwidth.h"
+#include "device/gpu_backend.h"
+#include "runtime/error.h"
+#include "runtime/presets.h"
+#include "runtime/schedule.h"
+
+#ifndef MK_GIT_COMMIT
+#define MK_GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+struct DepthResult {
+  int depth = 0;
+  std::vector<double> ms_per_token;  // one per repetition
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double bytes_per_token = 0;
+  std::vector<double> exec_us, wait_us;  // per op, per token, averaged over workgroups (profile)
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+// Bytes the decode of one token must read: every weight except the embedding table (one row of it),
+// plus the K and V rows of every cached position in every layer.
+double bytes_per_token(const mk::ModelConfig& c, uint64_t weight_image_bytes, double cached_positions) {
+  const double row = double(c.hidden_size) * 2;
+  const double embed = double(c.vocab_size) * row;
+  const double weights = double(weight_image_bytes) - (c.tie_word_embeddings ? 0.0 : embed - row);
+  const double kv = 2.0 * c.num_layers * c.num_kv_heads * cached_positions * c.head_dim * 2;
+  return weights + kv;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"mk-bench: monokernel decode speed next to the measured memory roofline"};
+  std::string preset = "llama-3.2-1b", model_dir, depths_text = "128,1024,4096,16384";
+  int tokens = 128, reps = 5;
+  bool profile = false, json = false;
+  app.add_option("--preset", preset, fmt::format("real model shape, random weights ({})", fmt::join(mk::preset_names(), ", ")))
+      ->capture_default_str();
+  app.add_option("-m,--model", model_dir, "a Hugging Face model directory instead of a preset");
+  app.add_option("--depths", depths_text, "context depths, comma-separated")->capture_default_str();
+  app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(CLI::Range(2, 100000));
+  app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_flag("--profile", profile, "per-instruction time breakdown (globaltimer per instruction)");
+  long long prefetch_kb = mk::GpuOptions{}.prefetch_bytes / 1024;
+  app.add_option("--prefetch-kb", prefetch_kb, "KiB of each instruction's weights prefetched into L2 while it waits (0: off)")
+      ->capture_default_str();
+  app.add_flag("--json", json, "print JSON instead of the table");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<int> depths;
+  for (size_t at = 0; at < depths_text.size();) {
+    size_t end = depths_text.find(',', at);
+    if (end == std::string::npos) end = depths_text.size();
+    depths.push_back(std::stoi(depths_text.substr(at, end - at)));
+    at = end + 1;
+  }
+  const int max_depth = *std::max_element(depths.begin(), depths.end());
+
+  std::string why;
+  if (!mk::gpu_available(&why)) mk::fail("mk-bench needs a GPU: {}", why);
+  const auto ceilings = mk::measure_bandwidth();
+  std::unique_ptr<mk::Model> model = model_dir.empty() ? mk::preset_model(preset) : mk::load_model(model_dir);
+  mk::GpuOptions opt;
+  opt.context = max_depth + tokens + 1;
+  opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
+  opt.profile = profile;
+  opt.prefetch_bytes = prefetch_kb * 1024;
+  auto gpu = mk::create_gpu_backend(*model, opt);
+  const auto& info = gpu->info();
+  const auto& cfg = model->config;
+
+  std::vector<DepthResult> results;
+  for (int depth : depths) {
+    DepthResult r;
+    r.depth = depth;
+    r.exec_us.assign(mk::kNumOps, 0.0);
+    r.wait_us.assign(mk::kNumOps, 0.0);
+    for (int rep = 0; rep < reps + 1; ++rep) {  // repetition 0 warms up
+      gpu->reset();
+      if (depth > 0) gpu->fill_context_for_benchmark(depth, 99 + uint64_t(rep));
+      mk::GenerateRequest req;
+      req.input = {1};
+      req.max_new_tokens = tokens;
+      req.sampling.temperature = 0;
+      const auto result = gpu->generate(req, {});
+      const auto& t = gpu->profile().token_seconds;
+      if (int(t.size()) != tokens) mk::fail("expected {} tokens, got {} ({})", tokens, t.size(), mk::stop_reason_name(result.stop));
+      if (rep == 0) continue;
+      r.ms_per_token.push_back((t.back() - t.front()) / double(tokens - 1) * 1e3);
+      if (profile) {
+        const auto& p = gpu->profile();
+        const double per = 1e6 / (double(p.num_workgroups) * tokens * reps);
+        for (int op = 0; op < mk::kNumOps; ++op) {
+          r.exec_us[size_t(op)] += p.exec_seconds[size_t(op)] * per;
+          r.wait_us[size_t(op)] += p.wait_seconds[size_t(op)] * per;
+        }
+      }
+    }
+    r.median_ms = median(r.ms_per_token);
+    r.min_ms = *std::min_element(r.ms_per_token.begin(), r.ms_per_token.end());
+    r.max_ms = *std::max_element(r.ms_per_token.begin(), r.ms_per_token.end());
+    r.bytes_per_token = bytes_per_token(cfg, gpu->weight_bytes(), depth + 0.5 * tokens);
+    results.push_back(r);
+  }
+
+  const std::string model_name = model_dir.empty() ? "preset " + preset + " (random weights)" : model_dir;
+  if (json) {
+    nlohmann::json j;
+    j["commit"] = MK_GIT_COMMIT;
+    j["device"] = {{"name", info.name}, {"sms", info.sm_count}, {"read_gbps", ceilings.read_gbps}, {"copy_gbps", ceilings.copy_gbps}};
+    j["model"] = model_name;
+    j["tokens_per_repetition"] = tokens;
+    j["prefetch_kib"] = prefetch_kb;
+    j["workgroups"] = gpu->schedule().num_workgroups;
+    for (const auto& r : results) {
+      nlohmann::json d = {{"depth", r.depth},          {"ms_per_token", r.ms_per_token}, {"median_ms", r.median_ms},
+                          {"tok_per_s", 1e3 / r.median_ms}, {"bytes_per_token", r.bytes_per_token},
+                          {"gbps", r.bytes_per_token / (r.median_ms * 1e-3) / 1e9},
+                          {"pct_read_ceiling", 100 * r.bytes_per_token / (r.median_ms * 1e-3) / 1e9 / ceilings.read_gbps}};
+      if (profile)
+        for (int op = 0; op < mk::kNumOps; ++op)
+          d["profile_us"][mk::op_name(mk::Op(op))] = {{"exec", r.exec_us[size_t(op)]}, {"wait", r.wait_us[size_t(op)]}};
+      j["depths"].push_back(d);
+    }
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("mk-bench  commit {}\n", MK_GIT_COMMIT);
+  fmt::print("device: {} ({} SMs, {:.1f} GiB); measured now: streaming read {:.0f} GB/s, copy {:.0f} GB/s (read+write)\n",
+             info.name, info.sm_count, double(info.total_memory) / (1 << 30), ceilings.read_gbps, ceilings.copy_gbps);
+  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB; {} workgroups, one launch per repetition; L2 prefetch {} KiB "
+             "per instruction\n",
+             model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, gpu->schedule().num_workgroups,
+             prefetch_kb);
+  fmt::print("batch 1, greedy, {} tokens per repetition, {} repetitions (median [min, max]); context depth = cached "
+             "positions before the first generated token (filled with random K/V)\n\n",
+             tokens, reps);
+  fmt::print("{:>7} {:>24} {:>9} {:>12} {:>9} {:>8} {:>8}\n", "depth", "ms/token", "tok/s", "MB/token", "GB/s", "%read",
+             "%copy");
+  for (const auto& r : results) {
+    const double gbps = r.bytes_per_token / (r.median_ms * 1e-3) / 1e9;
+    fmt::print("{:>7} {:>9.4f} [{:.4f}, {:.4f}] {:>9.1f} {:>12.1f} {:>9.0f} {:>7.1f}% {:>7.1f}%\n", r.depth, r.median_ms, r.min_ms,
+               r.max_ms, 1e3 / r.median_ms, r.bytes_per_token / 1e6, gbps, 100 * gbps / ceilings.read_gbps,
+               100 * gbps / ceilings.copy_gbps);
+  }
+  if (profile) {
+    fmt::print("\nper-instruction time per token, averaged over workgroups (us): exec / waiting on counters\n");
+    for (const auto& r : results) {
+      fmt::print("depth {:>6}:", r.depth);
+      for (int op = 0; op < mk::kNumOps; ++op)
+        fmt::print("  {} {:.1f}/{:.1f}", mk::op_name(mk::Op(op)), r.exec_us[size_t(op)], r.wait_us[size_t(op)]);
+      fmt::print("\n");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const mk::Error& e) {
+    fmt::print(stderr, "mk-bench: error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,456 @@
+// Host side of the monokernel: device checks, memory budget, weight upload, one cooperative launch per
+// generate() call, token streaming from host-mapped memory, and a watchdog that names stuck instructions.
+#include "device/gpu_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "device/gpu.h"
+#include "device/kernel_params.h"
+#include "device/monokernel.h"
+#include "device/weights_fill.h"
+#include "runtime/error.h"
+#include "runtime/rope.h"
+#include "runtime/schedule.h"
+#include "runtime/schedule_diagnostics.h"
+#include "runtime/weight_layout.h"
+
+namespace mk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A device allocation freed on destruction.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr) (void)hipFree(ptr);
+  }
+  void allocate(size_t n, const char* what) {
+    bytes = std::max<size_t>(n, 16);
+    const hipError_t err = hipMalloc(&ptr, bytes);
+    if (err != hipSuccess) {
+      size_t free_b = 0, total_b = 0;
+      (void)hipGetLastError();
+      (void)hipMemGetInfo(&free_b, &total_b);
+      fail("out of device memory allocating {} ({:.2f} GiB; {:.2f} GiB free of {:.2f}): {}", what, double(bytes) / kGiB,
+           double(free_b) / kGiB, double(total_b) / kGiB, hipGetErrorString(err));
+    }
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+// Pinned host memory mapped into the device's address space (the kernel writes tokens into it).
+struct MappedHostBuffer {
+  void* host = nullptr;
+  void* device = nullptr;
+  ~MappedHostBuffer() {
+    if (host) (void)hipHostFree(host);
+  }
+  void allocate(size_t bytes) {
+    MK_GPU_CHECK(hipHostMalloc(&host, bytes, hipHostMallocMapped));
+    std::memset(host, 0, bytes);
+    MK_GPU_CHECK(hipHostGetDevicePointer(&device, host, 0));
+  }
+};
+
+template <typename T>
+void upload(DeviceBuffer& dst, const std::vector<T>& src, const char* what) {
+  dst.allocate(src.size() * sizeof(T), what);
+  MK_GPU_CHECK(hipMemcpy(dst.ptr, src.data(), src.size() * sizeof(T), hipMemcpyHostToDevice));
+}
+
+GpuInfo query_device(int device) {
+  int count = 0;
+  const hipError_t err = hipGetDeviceCount(&count);
+  if (err != hipSuccess || count == 0)
+    fail("no GPU found ({})", err == hipSuccess ? "the runtime reports 0 devices" : hipGetErrorString(err));
+  if (device < 0 || device >= count) fail("GPU {} does not exist ({} present)", device, count);
+  MK_GPU_CHECK(hipSetDevice(device));
+  hipDeviceProp_t prop;
+  MK_GPU_CHECK(hipGetDeviceProperties(&prop, device));
+  GpuInfo info;
+  info.name = prop.name;
+  info.sm_count = prop.multiProcessorCount;
+  info.l2_bytes = prop.l2CacheSize;
+  info.compute_major = prop.major;
+  info.compute_minor = prop.minor;
+  MK_GPU_CHECK(hipMemGetInfo(&info.free_memory, &info.total_memory));
+#if defined(MK_PLATFORM_NVIDIA)
+  if (prop.major != 9)
+    fail("unsupported GPU: {} has compute capability {}.{}; this build targets Hopper (sm_90a: H100/H200)", info.name,
+         prop.major, prop.minor);
+#else
+  const std::string arch = prop.gcnArchName;
+  if (arch.rfind("gfx94", 0) != 0 && arch.rfind("gfx90a", 0) != 0)
+    fail("unsupported GPU: {} is {}; this build targets gfx942/gfx940/gfx90a", info.name, arch);
+#endif
+  return info;
+}
+
+// What the kernel supports, checked before anything is allocated.
+void validate_model(const ModelConfig& c) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) fail("model not supported by the GPU kernel: {}", what);
+  };
+  need(c.hidden_size % 8 == 0, fmt::format("hidden_size {} is not a multiple of 8", c.hidden_size));
+  need(c.intermediate_size % 8 == 0, fmt::format("intermediate_size {} is not a multiple of 8", c.intermediate_size));
+  need(c.q_dim() % 8 == 0, fmt::format("num_heads * head_dim = {} is not a multiple of 8", c.q_dim()));
+  need(c.head_dim <= 256 && c.head_dim % 8 == 0, fmt::format("head_dim {} (must be a multiple of 8, at most 256)", c.head_dim));
+  need(c.group_size() <= 16, fmt::format("{} query heads per kv head (at most 16)", c.group_size()));
+}
+
+class MonokernelBackend final : public GpuBackend {
+ public:
+  MonokernelBackend(const Model& model, const GpuOptions& opt) : model_(model), cfg_(model.config), opt_(opt) {
+    info_ = query_device(opt.device);
+    validate_model(cfg_);
+    if (opt.context < 1) fail("context must be at least 1 token (got {})", opt.context);
+    if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
+      fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
+    layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16);
+
+    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits});
+    if (opt.debug_edit_schedule) opt.debug_edit_schedule(schedule_);
+    smem_bytes_ = shared_memory_bytes();
+    int max_smem = 0;
+    MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
+    if (smem_bytes_ > size_t(max_smem))
+      fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
+    MK_GPU_CHECK(hipFuncSetAttribute(kernel_, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
+    int per_sm = 0;
+    MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_bytes_));
+    if (per_sm < 1)
+      fail("the persistent grid cannot be co-resident: 0 workgroups of {} threads with {} bytes of shared memory fit on "
+           "an SM",
+           dev::kThreads, smem_bytes_);
+    check_memory_budget();
+    allocate_and_upload();
+  }
+
+  GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) override {
+    const auto input = tokens_to_ingest(req.input, pending_, position_, opt_.context, cfg_.vocab_size);
+    if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
+    if (!req.sampling.greedy() && !(req.sampling.top_p > 0.f && req.sampling.top_p <= 1.f))
+      fail("generate: top_p must be in (0, 1] (got {})", req.sampling.top_p);
+    const int max_steps = opt_.context - position_;
+    MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data(), input.size() * sizeof(int32_t), hipMemcpyHostToDevice));
+    MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));
+    MK_GPU_CHECK(hipMemset(stop_flag_.ptr, 0, stop_flag_.bytes));
+    if (opt_.profile) MK_GPU_CHECK(hipMemset(profile_.ptr, 0, profile_.bytes));
+    std::memset(channel_.host, 0, channel_bytes_);
+    *cancel_flag() = 0;
+
+    dev::KernelParams p = base_params_;
+    p.start = position_;
+    p.ingest = int(input.size());
+    p.max_new = req.max_new_tokens;
+    p.max_steps = max_steps;
+    p.sampling = req.sampling;
+
+    GenerateResult result;
+    const auto t0 = Clock::now();
+    void* args[] = {&p};
+    MK_GPU_CHECK(hipLaunchCooperativeKernel(kernel_, dim3(unsigned(schedule_.num_workgroups)), dim3(dev::kThreads), args,
+                                            smem_bytes_, stream_));
+    stream_tokens(result, on_token, t0);
+    const auto* ch = channel();
+    result.stop = StopReason(ch->stop_reason);
+    const int steps = int(ch->steps_run);
+    position_ += steps;
+    pending_ = result.tokens.empty() ? -1 : result.tokens.back();
+    result.stats.ingested_tokens = int(input.size());
+    result.stats.generated_tokens = int(result.tokens.size());
+    result.stats.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    collect_profile(result);
+    return result;
+  }
+
+  void cancel() override { *cancel_flag() = 1; }
+  void reset() override {
+    position_ = 0;
+    pending_ = -1;
+  }
+  int position() const override { return position_; }
+  int context() const override { return opt_.context; }
+  std::string name() const override {
+    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads)", info_.name, schedule_.num_workgroups, dev::kThreads);
+  }
+  const GpuRunProfile& profile() const override { return profile_result_; }
+  const GpuInfo& info() const override { return info_; }
+  uint64_t weight_bytes() const override { return layout_.total_bytes; }
+  const Schedule& schedule() const override { return schedule_; }
+  void fill_context_for_benchmark(int tokens, uint64_t seed) override {
+    if (tokens < 0 || tokens >= opt_.context) fail("benchmark context {} must be below the context size {}", tokens, opt_.context);
+    dev::fill_random_bf16(k_cache_.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed);
+    dev::fill_random_bf16(v_cache_.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed + 1);
+    position_ = tokens;
+    pending_ = -1;
+  }
+  std::vector<float> last_logits() const override {
+    std::vector<float> out(size_t(cfg_.vocab_size));
+    MK_GPU_CHECK(hipMemcpy(out.data(), logits_.ptr, out.size() * sizeof(float), hipMemcpyDeviceToHost));
+    return out;
+  }
+
+  ~MonokernelBackend() override {
+    if (stream_) (void)hipStreamDestroy(stream_);
+  }
+
+ private:
+  // Largest dynamic shared memory any instruction needs (see the kernel's use of `smem`).
+  size_t shared_memory_bytes() const {
+    const size_t warps = size_t(dev::kThreads / 32);  // NVIDIA warps; AMD has fewer (64-lane waves)
+    const size_t hd = size_t(cfg_.head_dim), G = size_t(cfg_.group_size());
+    const size_t gemv = size_t(std::max({cfg_.hidden_size + 2 * int(warps), cfg_.intermediate_size,
+                                          cfg_.q_dim() + cfg_.num_heads * schedule_.attention_splits}));
+    const size_t attention = (G + 2) * hd + warps * G * hd + warps * G * 2;
+    const size_t sampler = dev::kSampleBins + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + warps + 4;
+    return std::max({gemv, attention, sampler}) * sizeof(float);
+  }
+
+  size_t kv_bytes() const {
+    return 2 * size_t(cfg_.num_layers) * size_t(cfg_.num_kv_heads) * size_t(opt_.context) * size_t(cfg_.head_dim) * 2;
+  }
+
+  void check_memory_budget() const {
+    const size_t rope = size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
+    const size_t state = size_t(4 * (cfg_.hidden_size + layout_.qkv_rows + cfg_.intermediate_size + cfg_.vocab_size) +
+                                8 * cfg_.num_heads * schedule_.attention_splits * (cfg_.head_dim + 2));
+    const size_t need = layout_.total_bytes + kv_bytes() + rope + state + (64u << 20);  // + slack for the runtime
+    if (need > info_.free_memory)
+      fail("not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, "
+           "other {:.2f} GiB) but {:.2f} GiB is free; lower the context (-c)",
+           info_.name, double(need) / kGiB, double(layout_.total_bytes) / kGiB, opt_.context, double(kv_bytes()) / kGiB,
+           double(rope + state) / kGiB, double(info_.free_memory) / kGiB);
+  }
+
+  void allocate_and_upload() {
+    MK_GPU_CHECK(hipStreamCreateWithFlags(&stream_, hipStreamNonBlocking));
+    weights_.allocate(layout_.total_bytes, "the weights");
+    const auto t0 = Clock::now();
+    if (opt_.random_weights_seed != 0) {
+      dev::fill_random_weights(weights_.as<uint8_t>(), cfg_, layout_, opt_.random_weights_seed);
+    } else {
+      if (model_.weights.layers.size() != size_t(cfg_.num_layers)) fail("{}: the model has no weights to upload", model_.dir.string());
+      // Stream the packed image tensor by tensor, reporting progress.
+      uint64_t done = 0;
+      pack_weights(model_, layout_, [&](uint64_t offset, const void* bytes, size_t size) {
+        MK_GPU_CHECK(hipMemcpy(weights_.as<uint8_t>() + offset, bytes, size, hipMemcpyHostToDevice));
+        done += size;
+        if (opt_.on_upload_progress)
+          opt_.on_upload_progress(done, layout_.total_bytes, std::chrono::duration<double>(Clock::now() - t0).count());
+      });
+    }
+    std::vector<LayerOffsets> layers = layout_.layers;
+    upload(layers_, layers, "layer offsets");
+    upload(instrs_, schedule_.instrs, "the schedule");
+    upload(wg_begin_, schedule_.wg_begin, "the schedule");
+    upload(rope_, rope_table(cfg_, opt_.context), "the RoPE table");
+    counters_.allocate(schedule_.num_counters() * sizeof(unsigned), "counters");
+    stop_flag_.allocate(sizeof(uint32_t), "the stop flag");
+    const size_t H = size_t(cfg_.hidden_size), S = size_t(schedule_.attention_splits), hd = size_t(cfg_.head_dim);
+    x_.allocate(H * 4, "x");
+    qkv_.allocate(size_t(layout_.qkv_rows) * 4, "qkv");
+    att_o_.allocate(size_t(cfg_.num_heads) * S * hd * 4, "attention partials");
+    att_ml_.allocate(size_t(cfg_.num_heads) * S * 2 * 4, "attention partials");
+    h_.allocate(size_t(cfg_.intermediate_size) * 4, "mlp activations");
+    logits_.allocate(size_t(cfg_.vocab_size) * 4, "logits");
+    lm_value_.allocate(size_t(schedule_.lm_head_slots) * 4, "lm_head partials");
+    lm_index_.allocate(size_t(schedule_.lm_head_slots) * 4, "lm_head partials");
+    k_cache_.allocate(kv_bytes() / 2, "the K cache");
+    v_cache_.allocate(kv_bytes() / 2, "the V cache");
+    tokens_.allocate((size_t(opt_.context) + 1) * sizeof(int32_t), "tokens");
+    profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * 2 * sizeof(unsigned long long), "profile counters");
+    // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag.
+    const size_t max_tokens = size_t(opt_.context) + 1;
+    tokens_offset_ = sizeof(dev::HostChannel);
+    times_offset_ = tokens_offset_ + max_tokens * sizeof(int32_t);
+    times_offset_ = (times_offset_ + 7) / 8 * 8;
+    progress_offset_ = times_offset_ + max_tokens * sizeof(unsigned long long);
+    cancel_offset_ = progress_offset_ + 2 * size_t(schedule_.num_workgroups) * sizeof(uint32_t);
+    channel_bytes_ = cancel_offset_ + 64;
+    channel_.allocate(channel_bytes_);
+
+    auto& p = base_params_;
+    p = dev::KernelParams{};
+    p.instrs = instrs_.as<Instr>();
+    p.wg_begin = wg_begin_.as<uint32_t>();
+    p.counters = counters_.as<unsigned>();
+    p.sample_counter = schedule_.sample_counter;
+    p.weights = weights_.as<uint8_t>();
+    p.layers = layers_.as<LayerOffsets>();
+    p.embed = layout_.embed;
+    p.final_norm = layout_.final_norm;
+    p.lm_head = layout_.lm_head;
+    p.x = x_.as<float>();
+    p.qkv = qkv_.as<float>();
+    p.att_o = att_o_.as<float>();
+    p.att_ml = att_ml_.as<float>();
+    p.h = h_.as<float>();
+    p.logits = logits_.as<float>();
+    p.lm_best_value = lm_value_.as<float>();
+    p.lm_best_index = lm_index_.as<int32_t>();
+    p.k_cache = k_cache_.as<uint16_t>();
+    p.v_cache = v_cache_.as<uint16_t>();
+    p.rope = rope_.as<float>();
+    p.tokens = tokens_.as<int32_t>();
+    p.stop_flag = stop_flag_.as<uint32_t>();
+    auto* dev_base = static_cast<uint8_t*>(channel_.device);
+    p.channel = reinterpret_cast<dev::HostChannel*>(dev_base);
+    p.out_tokens = reinterpret_cast<int32_t*>(dev_base + tokens_offset_);
+    p.out_token_time_ns = reinterpret_cast<unsigned long long*>(dev_base + times_offset_);
+    p.progress = reinterpret_cast<uint32_t*>(dev_base + progress_offset_);
+    p.cancel = reinterpret_cast<const volatile uint32_t*>(dev_base + cancel_offset_);
+    p.profile = profile_.as<unsigned long long>();
+    p.profiling = opt_.profile ? 1 : 0;
+    p.prefetch_bytes = opt_.prefetch_bytes;
+    p.dims = dev::ModelDims{cfg_.hidden_size, cfg_.intermediate_size, cfg_.num_layers, cfg_.num_heads, cfg_.num_kv_heads,
+                            cfg_.head_dim, cfg_.group_size(), cfg_.vocab_size, layout_.qkv_rows, layout_.qkv_group_rows,
+                            schedule_.attention_splits, schedule_.lm_head_slots, cfg_.rms_norm_eps, cfg_.qkv_bias,
+                            cfg_.qk_norm};
+    p.context = opt_.context;
+    const size_t n_eos = std::min<size_t>(cfg_.eos_token_ids.size(), dev::kMaxEosIds);
+    for (size_t i = 0; i < n_eos; ++i) p.eos[i] = cfg_.eos_token_ids[i];
+    p.num_eos = int(n_eos);
+  }
+
+  dev::HostChannel* channel() const { return static_cast<dev::HostChannel*>(channel_.host); }
+  volatile uint32_t* cancel_flag() const {
+    return reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(channel_.host) + cancel_offset_);
+  }
+  const volatile int32_t* out_tokens() const {
+    return reinterpret_cast<const volatile int32_t*>(static_cast<uint8_t*>(channel_.host) + tokens_offset_);
+  }
+  const volatile uint32_t* progress() const {
+    return reinterpret_cast<const volatile uint32_t*>(static_cast<uint8_t*>(channel_.host) + progress_offset_);
+  }
+
+  // Streams tokens while the kernel runs; returns when it has finished (or throws / exits on a fault or hang).
+  void stream_tokens(GenerateResult& result, const TokenCallback& on_token, Clock::time_point t0) {
+    uint32_t published = 0;
+    std::vector<uint32_t> last_progress(2 * size_t(schedule_.num_workgroups), 0);
+    auto last_change = Clock::now();
+    for (;;) {
+      const hipError_t status = hipStreamQuery(stream_);
+      const uint32_t available = channel()->token_count;
+      while (published < available) {
+        const int32_t token = out_tokens()[published++];
+        if (result.tokens.empty()) result.stats.first_token_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        result.tokens.push_back(token);
+        if (on_token) on_token(token);
+      }
+      if (status == hipSuccess) {
+        if (published < channel()->token_count) continue;  // drain what arrived with the end
+        break;
+      }
+      if (status != hipErrorNotReady) fail("the monokernel failed: {} ({})", hipGetErrorName(status), hipGetErrorString(status));
+      bool changed = false;
+      for (size_t i = 0; i < last_progress.size(); ++i)
+        if (progress()[i] != last_progress[i]) last_progress[i] = progress()[i], changed = true;
+      const auto now = Clock::now();
+      if (changed) last_change = now;
+      else if (std::chrono::duration<double>(now - last_change).count() > opt_.watchdog_seconds) report_hang_and_exit();
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    MK_GPU_CHECK(hipStreamSynchronize(stream_));
+    MK_GPU_CHECK(hipGetLastError());
+  }
+
+  [[noreturn]] void report_hang_and_exit() {
+    std::string text = fmt::format("monokernel watchdog: no workgroup made progress for {:.1f} s; stuck workgroups:", opt_.watchdog_seconds);
+    // Counters live in device memory: read them on a separate stream (the kernel still occupies the GPU).
+    std::vector<unsigned> counters(schedule_.num_counters(), 0);
+    bool have_counters = false;
+    hipStream_t side = nullptr;
+    if (hipStreamCreateWithFlags(&side, hipStreamNonBlocking) == hipSuccess &&
+        hipMemcpyAsync(counters.data(), counters_.ptr, counters.size() * sizeof(unsigned), hipMemcpyDeviceToHost, side) == hipSuccess) {
+      const auto deadline = Clock::now() + std::chrono::seconds(2);
+      while (hipStreamQuery(side) == hipErrorNotReady && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      have_counters = hipStreamQuery(side) == hipSuccess;
+    }
+    std::vector<WorkgroupPosition> blocked;
+    for (int w = 0; w < schedule_.num_workgroups; ++w) {
+      const uint32_t step = progress()[2 * w], done = progress()[2 * w + 1];
+      if (done == 0xffffffffu) continue;
+      const uint32_t begin = schedule_.wg_begin[size_t(w)], end = schedule_.wg_begin[size_t(w) + 1];
+      // Past its last instruction of `step`: waiting at the next step's gate.
+      if (begin + done >= end) blocked.push_back({w, step + 1, true, 0});
+      else blocked.push_back({w, step, false, begin + done});
+    }
+    text += describe_blocked(schedule_, blocked, have_counters ? &counters : nullptr);
+    std::fprintf(stderr, "%s\nexiting: a hung kernel cannot be stopped from the host.\n", text.c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+
+  void collect_profile(const GenerateResult& result) {
+    profile_result_ = GpuRunProfile{};
+    profile_result_.num_workgroups = schedule_.num_workgroups;
+    const auto* times = reinterpret_cast<const volatile unsigned long long*>(static_cast<uint8_t*>(channel_.host) + times_offset_);
+    for (size_t i = 0; i < result.tokens.size(); ++i)
+      profile_result_.token_seconds.push_back(double(times[i] - times[0]) * 1e-9);
+    if (!opt_.profile) return;
+    std::vector<unsigned long long> raw(size_t(schedule_.num_workgroups) * kNumOps * 2);
+    MK_GPU_CHECK(hipMemcpy(raw.data(), profile_.ptr, raw.size() * sizeof(unsigned long long), hipMemcpyDeviceToHost));
+    profile_result_.exec_seconds.assign(kNumOps, 0.0);
+    profile_result_.wait_seconds.assign(kNumOps, 0.0);
+    for (int w = 0; w < schedule_.num_workgroups; ++w)
+      for (int op = 0; op < kNumOps; ++op) {
+        profile_result_.exec_seconds[size_t(op)] += double(raw[(size_t(w) * kNumOps + size_t(op)) * 2]) * 1e-9;
+        profile_result_.wait_seconds[size_t(op)] += double(raw[(size_t(w) * kNumOps + size_t(op)) * 2 + 1]) * 1e-9;
+      }
+  }
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  GpuOptions opt_;
+  GpuInfo info_;
+  WeightLayout layout_;
+  Schedule schedule_;
+  const void* kernel_ = nullptr;
+  size_t smem_bytes_ = 0;
+  hipStream_t stream_ = nullptr;
+  DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
+      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_;
+  MappedHostBuffer channel_;
+  size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
+  dev::KernelParams base_params_{};
+  GpuRunProfile profile_result_;
+  int position_ = 0;
+  int32_t pending_ = -1;
+};
+
+}  // namespace
+
+bool gpu_available(std::string* why) {
+  int count = 0;
+  const hipError_t err = hipGetDeviceCount(&count);
+  if (err != hipSuccess || count == 0) {
+    if (why) *why = err != hipSuccess ? std::string("GPU runtime: ") + hipGetErrorString(err) : "no GPU present";
+    (void)hipGetLastError();
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<GpuBackend> create_gpu_backend(const Model& model, const GpuOptions& options) {
+  return std::make_unique<MonokernelBackend>(model, options);
+}
+
+}  // namespace mk

@@ -1,0 +1,69 @@
+// The GPU monokernel as a DecodeBackend. Plain C++: no GPU header, so host/ can include it.
+// With MK_GPU=none the factory reports that the build has no GPU support.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/decode_backend.h"
+#include "runtime/model.h"
+#include "runtime/schedule.h"
+
+namespace mk {
+
+struct GpuOptions {
+  int device = 0;
+  int context = 4096;
+  int attention_splits = 0;      // 0: chosen by build_schedule from the context
+  double watchdog_seconds = 10;  // no progress for this long: report the stuck instructions and exit(3)
+  bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()
+  // Per instruction, bytes of its weight rows prefetched into L2 while it waits for its inputs.
+  // Off by default: it measured slower on an H200 (docs/log.md).
+  long long prefetch_bytes = 0;
+  // Non-zero: fill the weights on the GPU with seeded random values instead of uploading the model's
+  // (for presets: real shapes without a download). The model then needs a config only.
+  uint64_t random_weights_seed = 0;
+  // Tests only: edits the schedule before it is uploaded (e.g. to plant a deadlock for the watchdog).
+  std::function<void(Schedule&)> debug_edit_schedule;
+  // Weight upload progress: (bytes done, bytes total, seconds so far).
+  std::function<void(uint64_t, uint64_t, double)> on_upload_progress;
+};
+
+// Per-token device timestamps and (when profiling) time per instruction kind, from the last generate().
+struct GpuRunProfile {
+  std::vector<double> token_seconds;  // device time of each sampled token since the launch started
+  // Summed over workgroups, per Op: seconds spent executing, seconds spent waiting on counters.
+  std::vector<double> exec_seconds, wait_seconds;
+  int num_workgroups = 0;
+};
+
+struct GpuInfo {
+  std::string name;
+  int sm_count = 0;
+  size_t total_memory = 0, free_memory = 0;
+  int l2_bytes = 0;
+  int compute_major = 0, compute_minor = 0;
+};
+
+class GpuBackend : public DecodeBackend {
+ public:
+  virtual const GpuRunProfile& profile() const = 0;
+  virtual const GpuInfo& info() const = 0;
+  virtual uint64_t weight_bytes() const = 0;  // bytes of the packed weights on the device
+  // The logits of the last step that computed them (the last ingested or sampled position).
+  virtual std::vector<float> last_logits() const = 0;
+  virtual const Schedule& schedule() const = 0;
+  // Benchmarks only: pretends `tokens` positions are already in the cache by filling them with random
+  // K/V (same bytes read per token as a real context of that depth; the text it encodes is noise).
+  virtual void fill_context_for_benchmark(int tokens, uint64_t seed) = 0;
+};
+
+// True when this build has GPU support and a usable device is present; otherwise `why` says why not.
+bool gpu_available(std::string* why);
+
+// Uploads the model and prepares the persistent kernel; throws mk::Error (out of memory with needed and
+// free bytes, unsupported GPU, grid that cannot be co-resident, ...).
+std::unique_ptr<GpuBackend> create_gpu_backend(const Model& model, const GpuOptions& options);
+
+}  // namespace mk

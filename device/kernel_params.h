@@ -1,0 +1,76 @@
+// The parameter block of the persistent kernel: device pointers to the schedule, the weights and the
+// decode state, plus the per-launch request. Shared by the kernel and its launcher (both in device/).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/sampling.h"
+#include "runtime/schedule.h"
+#include "runtime/weight_layout.h"
+
+namespace mk::dev {
+
+inline constexpr int kThreads = 512;       // one workgroup (CTA) per SM/CU
+inline constexpr int kMaxEosIds = 8;
+inline constexpr int kSampleBins = 2048;  // radix-select histogram (11 bits a pass)
+
+struct ModelDims {
+  int hidden, intermediate, layers, heads, kv_heads, head_dim, group_size, vocab;
+  int qkv_rows, qkv_group_rows, attention_splits, lm_head_slots;
+  float rms_eps;
+  bool qkv_bias, qk_norm;
+};
+
+// Written by the kernel into host-mapped memory while it runs.
+struct HostChannel {
+  volatile uint32_t token_count;  // tokens published so far in this launch
+  volatile uint32_t stop_reason;  // StopReason, when the launch ends
+  volatile uint32_t steps_run;
+  uint32_t pad;
+  // followed by: int32 tokens[max_tokens]; uint64 token_time_ns[max_tokens]; uint32 progress[workgroups]
+};
+
+struct KernelParams {
+  // Schedule.
+  const Instr* instrs;
+  const uint32_t* wg_begin;
+  unsigned* counters;
+  uint32_t sample_counter;
+  // Weights (one image) and their offsets.
+  const uint8_t* weights;
+  const LayerOffsets* layers;
+  uint64_t embed, final_norm, lm_head;
+  // Decode state.
+  float* x;
+  float* qkv;
+  float* att_o;
+  float* att_ml;
+  float* h;
+  float* logits;
+  float* lm_best_value;
+  int32_t* lm_best_index;
+  uint16_t* k_cache;  // bf16 [layer][kv head][context][head_dim]
+  uint16_t* v_cache;
+  const float* rope;  // [context][hd/2] cos then sin
+  int32_t* tokens;    // token of each step in this launch (prompt part written by the host)
+  uint32_t* stop_flag;
+  // Host-mapped.
+  HostChannel* channel;
+  int32_t* out_tokens;
+  unsigned long long* out_token_time_ns;
+  uint32_t* progress;     // per workgroup: (step << 16) | (instruction index + 1), 0xffffffff when done
+  const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
+  // Profiling (optional): per workgroup, per Op: exec ns, wait ns.
+  unsigned long long* profile;
+  int profiling;
+  // Bytes of each instruction's weights prefetched into L2 before it waits (0: off).
+  long long prefetch_bytes;
+  // Request.
+  ModelDims dims;
+  int context, start, ingest, max_new, max_steps;
+  SamplingParams sampling;
+  int32_t eos[kMaxEosIds];
+  int num_eos;
+};
+
+}  // namespace mk::dev

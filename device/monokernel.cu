@@ -1,0 +1,755 @@
+// The persistent decode kernel: one workgroup per SM/CU interprets its instruction list from the schedule,
+// token after token, until Sample stops the launch. Each instruction waits (acquire) on its counters,
+// runs, and signals (release) its counter. Same semantics as host/emulator/emulator.cpp, which is the
+// readable model of what each instruction computes.
+#include "device/device_atomics.h"
+#include "device/gpu.h"
+#include "device/kernel_params.h"
+#include "device/monokernel.h"
+#include "runtime/decode_backend.h"
+
+#if defined(MK_PLATFORM_NVIDIA)
+#include <cuda_fp16.h>
+#else
+#include <hip/hip_fp16.h>
+#endif
+
+namespace mk::dev {
+namespace {
+
+constexpr int kWarps = kThreads / MK_WARP_SIZE;
+constexpr int kMaxHeadDim = 256;  // validated on the host
+constexpr int kHeadRegs = (kMaxHeadDim + MK_WARP_SIZE - 1) / MK_WARP_SIZE;
+
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) % MK_WARP_SIZE; }
+__device__ __forceinline__ int warp_id() { return int(threadIdx.x) / MK_WARP_SIZE; }
+
+// Data produced inside this launch by other workgroups. NVIDIA: ld.global.cg (L2, bypassing the
+// non-coherent L1). AMD: plain loads; the agent-scope acquire before the instruction invalidated L1 (and
+// on gfx94x the non-coherent L2 lines of other XCDs).
+template <typename T>
+__device__ __forceinline__ T load_fresh(const T* p) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __ldcg(p);
+#else
+  return *p;
+#endif
+}
+
+// Weights never change during a launch: the read-only path.
+__device__ __forceinline__ uint4 load_weight(const uint4* p) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __ldg(p);
+#else
+  return *p;  // AMD: the same global_load_dwordx4; weights are never written during the launch
+#endif
+}
+
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#else
+  return __shfl_xor(v, mask);
+#endif
+}
+
+__device__ __forceinline__ unsigned long long ballot(bool pred) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __ballot_sync(0xffffffffu, pred);
+#else
+  return __ballot(pred);
+#endif
+}
+
+__device__ __forceinline__ void sync_warp() {
+#if defined(MK_PLATFORM_NVIDIA)
+  __syncwarp();
+#else
+  __builtin_amdgcn_wave_barrier();
+#endif
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) v += shfl_xor(v, o);
+  return v;
+}
+
+// Sum over the block; every thread gets the total (summed in a fixed order: deterministic).
+__device__ float block_sum(float v, float* red) {
+  v = warp_sum(v);
+  if (lane_id() == 0) red[warp_id()] = v;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[w];
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+// 8 weights (one 16-byte load) times 8 activations.
+template <bool kFp16>
+__device__ __forceinline__ float dot8(uint4 w, const float* x) {
+  const float4 a = *reinterpret_cast<const float4*>(x);
+  const float4 b = *reinterpret_cast<const float4*>(x + 4);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+  float lo[4], hi[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kFp16) {
+      __half2 h2;
+      static_assert(sizeof(h2) == 4, "half2 is two halves");
+      __builtin_memcpy(&h2, &words[i], 4);
+      const float2 f = __half22float2(h2);
+      lo[i] = f.x;
+      hi[i] = f.y;
+    } else {
+      lo[i] = __uint_as_float(words[i] << 16);
+      hi[i] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+  }
+  return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
+}
+
+// One warp: dot(row of `cols` weights, x in shared memory); the total in every lane.
+// Several 16-byte loads per lane are issued before any is used, to keep enough bytes in flight.
+template <bool kFp16>
+__device__ float warp_row_dot(const uint8_t* row, int cols, const float* x) {
+  constexpr int kUnroll = 4;
+  const uint4* chunks = reinterpret_cast<const uint4*>(row);
+  const int n = cols / 8;
+  float acc = 0.f;
+  for (int c0 = lane_id(); c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
+    uint4 w[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * MK_WARP_SIZE;
+      w[u] = c < n ? load_weight(chunks + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * MK_WARP_SIZE;
+      if (c < n) acc += dot8<kFp16>(w[u], x + size_t(c) * 8);
+    }
+  }
+  return warp_sum(acc);
+}
+
+// One warp, two rows at once (their loads interleaved): out0 = dot(row0, x0), out1 = dot(row1, x1).
+template <bool kFp16>
+__device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int cols, const float* x0, const float* x1,
+                                 float& out0, float& out1) {
+  constexpr int kUnroll = 4;
+  const uint4* a = reinterpret_cast<const uint4*>(row0);
+  const uint4* b = reinterpret_cast<const uint4*>(row1);
+  const int n = cols / 8;
+  float acc0 = 0.f, acc1 = 0.f;
+  for (int c0 = lane_id(); c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
+    uint4 wa[kUnroll], wb[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * MK_WARP_SIZE;
+      wa[u] = c < n ? load_weight(a + c) : make_uint4(0, 0, 0, 0);
+      wb[u] = c < n ? load_weight(b + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int c = c0 + u * MK_WARP_SIZE;
+      if (c < n) {
+        acc0 += dot8<kFp16>(wa[u], x0 + size_t(c) * 8);
+        acc1 += dot8<kFp16>(wb[u], x1 + size_t(c) * 8);
+      }
+    }
+  }
+  out0 = warp_sum(acc0);
+  out1 = warp_sum(acc1);
+}
+
+// Copies n floats (n % 4 == 0) produced in this launch into shared memory: 16-byte loads, four in flight
+// per thread before the first store (a plain loop would wait one L2 round trip per element).
+__device__ void load_to_shared(const float* src, int n, float* dst) {
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  const int n4 = n / 4;
+  constexpr int kBatch = 4;
+  for (int base = int(threadIdx.x); base < n4; base += kThreads * kBatch) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      v[b] = i < n4 ? load_fresh(s4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (base + b * kThreads < n4) d4[base + b * kThreads] = v[b];
+  }
+}
+
+// xs = RMSNorm(x) * weight, in shared memory.
+__device__ void rms_norm_to_shared(const float* x, const float* weight, int n, float eps, float* xs, float* red) {
+  load_to_shared(x, n, xs);
+  __syncthreads();
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < n; i += kThreads) ss += xs[i] * xs[i];
+  const float inv = 1.0f / sqrtf(block_sum(ss, red) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = xs[i] * inv * weight[i];
+  __syncthreads();
+}
+
+template <bool kFp16>
+__device__ __forceinline__ float weight_value(uint16_t bits) {
+  if constexpr (kFp16) {
+    return __half2float(__ushort_as_half(bits));
+  } else {
+    return bf16_bits_to_float(bits);
+  }
+}
+
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+// Order-preserving map of floats to unsigned keys (larger float, larger key).
+__device__ __forceinline__ uint32_t float_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_float(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+template <bool kFp16>
+struct Machine {
+  const KernelParams& p;
+  float* smem;  // dynamic shared memory
+  float* red;   // kWarps floats of reduction scratch
+  uint32_t step;
+
+  __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
+  __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
+  __device__ size_t row_bytes(int cols) const { return size_t(cols) * 2; }
+
+  __device__ void embed() {
+    const int32_t token = load_fresh(p.tokens + step);
+    const uint16_t* row = reinterpret_cast<const uint16_t*>(matrix(p.embed)) + size_t(token) * size_t(p.dims.hidden);
+    for (int i = threadIdx.x; i < p.dims.hidden; i += kThreads) p.x[i] = weight_value<kFp16>(row[i]);
+  }
+
+  // Rows [begin, end) of `w` (cols wide) dotted with xs; `emit(row, value)` runs on lane 0.
+  // Rows [begin, end) of `w` (cols wide) dotted with xs; `emit(row, value)` runs on lane 0. Each warp
+  // takes two rows at a time (r and r + kWarps) so that twice the loads are in flight.
+  template <typename Emit>
+  __device__ void rows(uint64_t w, int cols, uint32_t begin, uint32_t end, const float* xs, Emit emit) {
+    uint32_t r = begin + uint32_t(warp_id());
+    for (; r + kWarps < end; r += 2 * kWarps) {
+      float v0, v1;
+      warp_two_row_dot<kFp16>(matrix(w) + size_t(r) * row_bytes(cols), matrix(w) + size_t(r + kWarps) * row_bytes(cols), cols, xs,
+                              xs, v0, v1);
+      if (lane_id() == 0) emit(r, v0), emit(r + kWarps, v1);
+    }
+    if (r < end) {
+      const float v = warp_row_dot<kFp16>(matrix(w) + size_t(r) * row_bytes(cols), cols, xs);
+      if (lane_id() == 0) emit(r, v);
+    }
+  }
+
+  __device__ void qkv(const Instr& in) {
+    const LayerOffsets& L = p.layers[in.layer];
+    const ModelDims& d = p.dims;
+    rms_norm_to_shared(p.x, f32(L.attn_norm), d.hidden, d.rms_eps, smem, red);
+    const float* bias = d.qkv_bias ? f32(L.bqkv) : nullptr;
+    rows(L.wqkv, d.hidden, in.begin, in.end, smem, [&](uint32_t r, float v) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
+  }
+
+  // Per-head RMSNorm (Qwen3) and RoPE of one head in shared memory; one warp.
+  __device__ void prepare_head(float* head, const float* norm, int pos) {
+    const ModelDims& d = p.dims;
+    const int hd = d.head_dim, half = hd / 2;
+    if (norm) {
+      float ss = 0.f;
+      for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) ss += head[i] * head[i];
+      const float inv = 1.0f / sqrtf(warp_sum(ss) / float(hd) + d.rms_eps);
+      for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) head[i] = head[i] * inv * norm[i];
+      sync_warp();
+    }
+    const float* cs = p.rope + size_t(pos) * size_t(half);
+    const float* sn = p.rope + size_t(p.context) * size_t(half) + size_t(pos) * size_t(half);
+    for (int i = lane_id(); i < half; i += MK_WARP_SIZE) {
+      const float a = head[i], b = head[i + half];
+      head[i] = a * cs[i] - b * sn[i];
+      head[i + half] = b * cs[i] + a * sn[i];
+    }
+    sync_warp();
+  }
+
+  __device__ void attention(const Instr& in) {
+    const LayerOffsets& L = p.layers[in.layer];
+    const ModelDims& d = p.dims;
+    const int hd = d.head_dim, G = d.group_size, S = d.attention_splits;
+    const int pos = p.start + int(step);
+    const uint32_t g = in.begin, split = in.end;
+    float* group = smem;                                  // (G + 2) * hd: q heads, k, v
+    float* warp_o = group + (G + 2) * hd;                 // [kWarps][G][hd]
+    float* warp_ml = warp_o + size_t(kWarps) * G * hd;    // [kWarps][G][2]
+    const size_t base = size_t(g) * size_t(d.qkv_group_rows);
+    load_to_shared(p.qkv + base, (G + 2) * hd, group);  // head_dim % 8 == 0: 16-byte aligned
+    __syncthreads();
+
+    const int n = pos + 1, chunk = (n + S - 1) / S;
+    const int p0 = int(split) * chunk, p1 = min(n, p0 + chunk);
+    const bool owns_new = p0 <= pos && pos < p1;
+    if (p1 > p0 && warp_id() <= G) {
+      const bool is_k = warp_id() == G;
+      const float* norm = d.qk_norm ? f32(is_k ? L.k_norm : L.q_norm) : nullptr;
+      if (!is_k || owns_new) prepare_head(group + warp_id() * hd, norm, pos);
+    }
+    __syncthreads();
+    const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + g) * size_t(p.context);
+    if (owns_new) {  // append this position's K and V
+      for (int i = threadIdx.x; i < hd; i += kThreads) {
+        p.k_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(group[G * hd + i]);
+        p.v_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(group[(G + 1) * hd + i]);
+      }
+      __syncthreads();
+    }
+
+    // Each warp runs an online softmax over its share of the positions, for all G query heads. Its running
+    // max and sum per head live in shared memory (registers are the scarce resource at 512 threads).
+    const float scale = 1.0f / sqrtf(float(hd));
+    float* my_o = warp_o + size_t(warp_id()) * G * hd;
+    float* my_ml = warp_ml + size_t(warp_id()) * G * 2;
+    for (int i = lane_id(); i < G * hd; i += MK_WARP_SIZE) my_o[i] = 0.f;
+    for (int j = lane_id(); j < G; j += MK_WARP_SIZE) my_ml[j * 2] = -INFINITY, my_ml[j * 2 + 1] = 0.f;
+    sync_warp();
+    // K/V rows of the next position are loaded while the current one is computed (software pipelining).
+    uint16_t k_next[kHeadRegs], v_next[kHeadRegs];
+    auto load_kv = [&](int t) {
+      const uint16_t* krow = p.k_cache + (cache_base + size_t(t)) * size_t(hd);
+      const uint16_t* vrow = p.v_cache + (cache_base + size_t(t)) * size_t(hd);
+#pragma unroll
+      for (int e = 0; e < kHeadRegs; ++e) {
+        const int i = lane_id() + e * MK_WARP_SIZE;
+        k_next[e] = i < hd ? load_fresh(krow + i) : uint16_t(0);
+        v_next[e] = i < hd ? load_fresh(vrow + i) : uint16_t(0);
+      }
+    };
+    if (p0 + warp_id() < p1) load_kv(p0 + warp_id());
+    for (int t = p0 + warp_id(); t < p1; t += kWarps) {
+      float k[kHeadRegs], v[kHeadRegs];
+#pragma unroll
+      for (int e = 0; e < kHeadRegs; ++e) k[e] = bf16_bits_to_float(k_next[e]), v[e] = bf16_bits_to_float(v_next[e]);
+      if (t + kWarps < p1) load_kv(t + kWarps);
+      for (int j = 0; j < G; ++j) {
+        const float* q = group + j * hd;
+        float partial = 0.f;
+#pragma unroll
+        for (int e = 0; e < kHeadRegs; ++e) {
+          const int i = lane_id() + e * MK_WARP_SIZE;
+          if (i < hd) partial += q[i] * k[e];
+        }
+        const float s = warp_sum(partial) * scale;
+        const float m_old = my_ml[j * 2], m_new = fmaxf(m_old, s);
+        const float corr = __expf(m_old - m_new), w = __expf(s - m_new);
+        const float l_new = my_ml[j * 2 + 1] * corr + w;
+#pragma unroll
+        for (int e = 0; e < kHeadRegs; ++e) {
+          const int i = lane_id() + e * MK_WARP_SIZE;
+          if (i < hd) my_o[j * hd + i] = my_o[j * hd + i] * corr + w * v[e];
+        }
+        sync_warp();  // every lane has read the old (m, l)
+        if (lane_id() == 0) my_ml[j * 2] = m_new, my_ml[j * 2 + 1] = l_new;
+        sync_warp();
+      }
+    }
+    __syncthreads();
+
+    // Combine the warps into this split's partial (m, l, unnormalised o) per query head.
+    for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+      const int j = idx / hd, i = idx % hd;
+      float M = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, warp_ml[(w * G + j) * 2]);
+      float total = 0.f, o = 0.f;
+      if (M != -INFINITY)
+        for (int w = 0; w < kWarps; ++w) {
+          const float lw = warp_ml[(w * G + j) * 2 + 1];
+          if (lw == 0.f) continue;
+          const float f = __expf(warp_ml[(w * G + j) * 2] - M);
+          total += f * lw;
+          o += f * warp_o[(size_t(w) * G + j) * hd + i];
+        }
+      const size_t slot = size_t(int(g) * G + j) * size_t(S) + split;
+      p.att_o[slot * hd + i] = o;
+      if (i == 0) p.att_ml[slot * 2] = M, p.att_ml[slot * 2 + 1] = total;
+    }
+  }
+
+  __device__ void o_proj(const Instr& in) {
+    const LayerOffsets& L = p.layers[in.layer];
+    const ModelDims& d = p.dims;
+    const int hd = d.head_dim, S = d.attention_splits;
+    // Flash-decoding reduction of the splits of every head into shared memory. First the weight of each
+    // (head, split) = exp(m_s - M) / sum_s' l_s' exp(m_s' - M), once; then one pass over the partial outputs.
+    float* attn = smem;                            // heads * hd
+    float* weight = smem + size_t(d.heads) * hd;   // heads * S
+    for (int hh = threadIdx.x; hh < d.heads; hh += kThreads) {
+      float M = -INFINITY;
+      for (int s = 0; s < S; ++s) M = fmaxf(M, load_fresh(p.att_ml + (size_t(hh) * S + s) * 2));
+      float total = 0.f;
+      for (int s = 0; s < S; ++s) {
+        const size_t slot = size_t(hh) * S + s;
+        const float ls = load_fresh(p.att_ml + slot * 2 + 1);
+        const float w = ls == 0.f ? 0.f : __expf(load_fresh(p.att_ml + slot * 2) - M);
+        weight[slot] = w;
+        total += w * ls;
+      }
+      for (int s = 0; s < S; ++s) weight[size_t(hh) * S + s] /= total;
+    }
+    __syncthreads();
+    // Branch-free, four independent loads in flight (an empty split has weight 0 and o = 0).
+    for (int idx = threadIdx.x; idx < d.heads * hd; idx += kThreads) {
+      const int hh = idx / hd, i = idx % hd;
+      const float* o = p.att_o + size_t(hh) * S * hd + i;
+      const float* w = weight + size_t(hh) * S;
+      float acc = 0.f;
+      int s = 0;
+      for (; s + 4 <= S; s += 4) {
+        const float o0 = load_fresh(o + size_t(s) * hd), o1 = load_fresh(o + size_t(s + 1) * hd);
+        const float o2 = load_fresh(o + size_t(s + 2) * hd), o3 = load_fresh(o + size_t(s + 3) * hd);
+        acc += w[s] * o0 + w[s + 1] * o1 + w[s + 2] * o2 + w[s + 3] * o3;
+      }
+      for (; s < S; ++s) acc += w[s] * load_fresh(o + size_t(s) * hd);
+      attn[idx] = acc;
+    }
+    __syncthreads();
+    rows(L.wo, d.heads * hd, in.begin, in.end, smem, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
+  }
+
+  __device__ void gate_up(const Instr& in) {
+    const LayerOffsets& L = p.layers[in.layer];
+    const ModelDims& d = p.dims;
+    rms_norm_to_shared(p.x, f32(L.mlp_norm), d.hidden, d.rms_eps, smem, red);
+    for (uint32_t r = in.begin + uint32_t(warp_id()); r < in.end; r += kWarps) {
+      float g, u;
+      warp_two_row_dot<kFp16>(matrix(L.w_gate) + size_t(r) * row_bytes(d.hidden), matrix(L.w_up) + size_t(r) * row_bytes(d.hidden),
+                              d.hidden, smem, smem, g, u);
+      if (lane_id() == 0) p.h[r] = g / (1.0f + __expf(-g)) * u;
+    }
+  }
+
+  __device__ void down(const Instr& in) {
+    const LayerOffsets& L = p.layers[in.layer];
+    const ModelDims& d = p.dims;
+    load_to_shared(p.h, d.intermediate, smem);
+    __syncthreads();
+    rows(L.w_down, d.intermediate, in.begin, in.end, smem, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
+  }
+
+  __device__ void lm_head(const Instr& in) {
+    if (int(step) + 1 < p.ingest) return;  // a prompt step: nobody needs its logits
+    const ModelDims& d = p.dims;
+    rms_norm_to_shared(p.x, f32(p.final_norm), d.hidden, d.rms_eps, smem, red);
+    float best = -INFINITY;
+    int32_t best_index = int32_t(in.begin);
+    rows(p.lm_head, d.hidden, in.begin, in.end, smem, [&](uint32_t r, float v) {
+      p.logits[r] = v;
+      if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
+    });
+    // Block argmax of the threads' (best, index), ties to the lowest id.
+#pragma unroll
+    for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) {
+      const float ob = shfl_xor(best, o);
+      const int32_t oi = int32_t(__float_as_int(shfl_xor(__int_as_float(best_index), o)));
+      if (ob > best || (ob == best && oi < best_index)) best = ob, best_index = oi;
+    }
+    __shared__ float warp_best[kWarps];
+    __shared__ int32_t warp_index[kWarps];
+    if (lane_id() == 0) warp_best[warp_id()] = best, warp_index[warp_id()] = best_index;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kWarps; ++w)
+        if (warp_best[w] > best || (warp_best[w] == best && warp_index[w] < best_index)) best = warp_best[w], best_index = warp_index[w];
+      p.lm_best_value[in.slot] = best;
+      p.lm_best_index[in.slot] = best_index;
+    }
+  }
+
+  // ---- sampling (workgroup 0): runtime/sampling.h states the rule ----
+
+  __device__ int32_t greedy_token() {
+    __shared__ int32_t chosen;
+    if (threadIdx.x == 0) {
+      float best = -INFINITY;
+      int32_t id = 0;
+      for (int s = 0; s < p.dims.lm_head_slots; ++s) {
+        const float v = load_fresh(p.lm_best_value + s);
+        const int32_t i = load_fresh(p.lm_best_index + s);
+        if (v > best || (v == best && i < id)) best = v, id = i;
+      }
+      chosen = id;
+    }
+    __syncthreads();
+    return chosen;
+  }
+
+  // Exclusive prefix count of `pred` over the block in thread order, and the block total.
+  __device__ int block_prefix_count(bool pred, int* total, int* scratch) {
+    const unsigned long long mask = ballot(pred);
+    const unsigned long long below = mask & ((1ull << lane_id()) - 1ull);
+    if (lane_id() == 0) scratch[warp_id()] = __popcll(mask);
+    __syncthreads();
+    int before = 0, sum = 0;
+    for (int w = 0; w < kWarps; ++w) {
+      if (w < warp_id()) before += scratch[w];
+      sum += scratch[w];
+    }
+    __syncthreads();
+    *total = sum;
+    return before + __popcll(below);
+  }
+
+  __device__ int32_t sample_token() {
+    const ModelDims& d = p.dims;
+    const SamplingParams& sp = p.sampling;
+    const int K = sp.candidate_count(d.vocab);
+    uint32_t* hist = reinterpret_cast<uint32_t*>(smem);                         // kSampleBins
+    unsigned long long* cand = reinterpret_cast<unsigned long long*>(hist + kSampleBins);  // kMaxCandidates
+    float* values = reinterpret_cast<float*>(cand + kMaxCandidates);            // kMaxCandidates
+    float* probs = values + kMaxCandidates;                                     // kMaxCandidates
+    int* scratch = reinterpret_cast<int*>(probs + kMaxCandidates);              // kWarps + 4
+    __shared__ uint32_t prefix, prefix_mask;
+    __shared__ int remaining;
+
+    // 1. Radix select (11 + 11 + 10 bits) of the K-th largest key.
+    if (threadIdx.x == 0) prefix = 0, prefix_mask = 0, remaining = K;
+    const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
+    for (int pass = 0; pass < 3; ++pass) {
+      const int shift = shifts[pass], bins = 1 << widths[pass];
+      for (int b = threadIdx.x; b < bins; b += kThreads) hist[b] = 0;
+      __syncthreads();
+      const uint32_t pre = prefix, pre_mask = prefix_mask;
+      for (int i = threadIdx.x; i < d.vocab; i += kThreads) {
+        const uint32_t key = float_key(load_fresh(p.logits + i));
+        if ((key & pre_mask) == pre) atomicAdd(hist + ((key >> shift) & uint32_t(bins - 1)), 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int cum = 0;
+        for (int b = bins - 1; b >= 0; --b) {
+          if (cum + int(hist[b]) >= remaining) {
+            remaining -= cum;
+            prefix |= uint32_t(b) << shift;
+            prefix_mask |= uint32_t(bins - 1) << shift;
+            break;
+          }
+          cum += int(hist[b]);
+        }
+      }
+      __syncthreads();
+    }
+    const uint32_t threshold = prefix;
+    const int greater = K - remaining;  // keys strictly above the threshold; `remaining` ties are taken
+
+    // 2. Gather the candidates in id order: all keys above the threshold, the lowest-id ties.
+    int n_greater = 0, n_equal = 0;
+    for (int base = 0; base < d.vocab; base += kThreads) {
+      const int i = base + int(threadIdx.x);
+      const uint32_t key = i < d.vocab ? float_key(load_fresh(p.logits + i)) : 0u;
+      const bool gt = i < d.vocab && key > threshold, eq = i < d.vocab && key == threshold;
+      int total_gt, total_eq;
+      const int at_gt = block_prefix_count(gt, &total_gt, scratch);
+      const int at_eq = block_prefix_count(eq, &total_eq, scratch);
+      // Sort key: logit descending, then id ascending.
+      const unsigned long long composite = (unsigned long long)key << 32 | (0xffffffffu - uint32_t(i));
+      if (gt) cand[n_greater + at_gt] = composite;
+      if (eq && n_equal + at_eq < remaining) cand[greater + n_equal + at_eq] = composite;
+      n_greater += total_gt;
+      n_equal += total_eq;
+    }
+    int padded = 1;
+    while (padded < K) padded <<= 1;
+    for (int i = K + int(threadIdx.x); i < padded; i += kThreads) cand[i] = 0ull;
+    __syncthreads();
+
+    // 3. Bitonic sort, descending.
+    for (int size = 2; size <= padded; size <<= 1)
+      for (int stride = size / 2; stride > 0; stride >>= 1) {
+        for (int i = threadIdx.x; i < padded; i += kThreads) {
+          const int j = i ^ stride;
+          if (j > i) {
+            const bool descending = (i & size) == 0;
+            const unsigned long long a = cand[i], b = cand[j];
+            if ((a < b) == descending) cand[i] = b, cand[j] = a;
+          }
+        }
+        __syncthreads();
+      }
+
+    // 4. The shared rule over the ordered candidates.
+    __shared__ int32_t chosen;
+    for (int i = threadIdx.x; i < K; i += kThreads) values[i] = key_float(uint32_t(cand[i] >> 32));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const float u = uniform01(sp.seed, uint64_t(p.start) + step);
+      const int c = choose_candidate(values, K, sp, u, probs);
+      chosen = int32_t(0xffffffffu - uint32_t(cand[c] & 0xffffffffull));
+    }
+    __syncthreads();
+    return chosen;
+  }
+
+  __device__ void sample() {
+    StopReason stop = StopReason::None;
+    const bool sampling_step = int(step) + 1 >= p.ingest;
+    if (sampling_step && p.max_new > 0) {
+      const int32_t token = p.sampling.greedy() ? greedy_token() : sample_token();
+      if (threadIdx.x == 0) {
+        const int k = int(step) + 2 - p.ingest;  // tokens produced so far, this one included
+        p.out_tokens[k - 1] = token;
+        p.out_token_time_ns[k - 1] = global_timer_ns();
+        p.tokens[step + 1] = token;
+        __threadfence_system();
+        store_release_system(const_cast<uint32_t*>(&p.channel->token_count), uint32_t(k));
+        bool eos = false;
+        for (int e = 0; e < p.num_eos; ++e) eos |= p.eos[e] == token;
+        if (eos) stop = StopReason::Eos;
+        else if (k >= p.max_new) stop = StopReason::MaxTokens;
+        else if (load_acquire_system(const_cast<const unsigned*>(p.cancel)) != 0) stop = StopReason::Cancelled;
+        else if (p.start + int(step) + 1 >= p.context) stop = StopReason::ContextFull;
+      }
+    } else if (threadIdx.x == 0) {
+      if (sampling_step) stop = StopReason::MaxTokens;  // max_new_tokens == 0: ingest only
+      else if (load_acquire_system(const_cast<const unsigned*>(p.cancel)) != 0) stop = StopReason::Cancelled;
+    }
+    if (threadIdx.x == 0 && stop != StopReason::None) {
+      *p.stop_flag = 1;
+      p.channel->steps_run = step + 1;
+      __threadfence_system();
+      store_release_system(const_cast<uint32_t*>(&p.channel->stop_reason), uint32_t(stop));
+    }
+  }
+
+  __device__ void execute(const Instr& in) {
+    switch (in.op) {
+      case Op::Embed: return embed();
+      case Op::QKV: return qkv(in);
+      case Op::Attention: return attention(in);
+      case Op::OProj: return o_proj(in);
+      case Op::GateUp: return gate_up(in);
+      case Op::Down: return down(in);
+      case Op::LMHead: return lm_head(in);
+      case Op::Sample: return sample();
+    }
+  }
+};
+
+// Weights do not depend on activations: while an instruction waits for its inputs, its weight rows can
+// already stream from HBM into L2 (Hopper bulk prefetch, one thread; a no-op on AMD).
+__device__ void prefetch_l2(const void* ptr, size_t bytes) {
+#if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr size_t kPiece = 1 << 16;
+  const char* p = static_cast<const char*>(ptr);
+  for (size_t at = 0; at < bytes; at += kPiece) {
+    const unsigned n = unsigned(min(kPiece, bytes - at)) & ~15u;
+    if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(n) : "memory");
+  }
+#else
+  (void)ptr;
+  (void)bytes;
+#endif
+}
+
+// The weight rows an instruction will read, as up to two contiguous byte ranges.
+__device__ void prefetch_instruction_weights(const KernelParams& p, const Instr& in, size_t limit) {
+  if (limit == 0) return;
+  const ModelDims& d = p.dims;
+  const size_t e = 2;  // bytes per weight
+  auto range = [&](uint64_t matrix, int cols) {
+    const size_t row = size_t(cols) * e;
+    prefetch_l2(p.weights + matrix + size_t(in.begin) * row, min(limit, size_t(in.end - in.begin) * row));
+  };
+  switch (in.op) {
+    case Op::QKV: return range(p.layers[in.layer].wqkv, d.hidden);
+    case Op::OProj: return range(p.layers[in.layer].wo, d.heads * d.head_dim);
+    case Op::GateUp:
+      range(p.layers[in.layer].w_gate, d.hidden);
+      return range(p.layers[in.layer].w_up, d.hidden);
+    case Op::Down: return range(p.layers[in.layer].w_down, d.intermediate);
+    case Op::LMHead: return range(p.lm_head, d.hidden);
+    default: return;
+  }
+}
+
+__device__ __forceinline__ uint32_t wait_target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
+
+// Thread 0 spins until the counter reaches the target.
+__device__ void spin_until(const unsigned* counter, uint32_t target) {
+  while (load_acquire(counter) < target) spin_pause();
+}
+
+}  // namespace
+
+template <bool kFp16>
+__global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
+  extern __shared__ float4 dynamic_smem[];
+  __shared__ float red[kWarps];
+  // Raw storage: HIP rejects __shared__ objects with constructors (Instr has member initialisers).
+  __shared__ uint4 current_storage[(sizeof(Instr) + 15) / 16];
+  Instr& current = *reinterpret_cast<Instr*>(current_storage);
+  __shared__ uint32_t stopped;
+  const uint32_t wg = blockIdx.x;
+  const uint32_t begin = p.wg_begin[wg], end = p.wg_begin[wg + 1];
+  unsigned long long* prof = p.profiling ? p.profile + size_t(wg) * kNumOps * 2 : nullptr;
+
+  for (uint32_t step = 0; step < uint32_t(p.max_steps); ++step) {
+    if (step > 0) {  // step gate: the previous step's Sample has run; did it end the launch?
+      if (threadIdx.x == 0) {
+        spin_until(p.counters + p.sample_counter, step);
+        stopped = load_fresh(p.stop_flag);
+      }
+      __syncthreads();
+      const bool stop = stopped != 0;
+      __syncthreads();
+      if (stop) break;
+      if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
+    }
+    Machine<kFp16> m{p, reinterpret_cast<float*>(dynamic_smem), red, step};
+    for (uint32_t i = begin; i < end; ++i) {
+      unsigned long long t0 = 0, t1 = 0;
+      if (threadIdx.x == 0) {
+        current = p.instrs[i];
+        if (prof) t0 = global_timer_ns();
+        prefetch_instruction_weights(p, current, size_t(p.prefetch_bytes));
+        for (int w = 0; w < current.num_waits; ++w)
+          spin_until(p.counters + current.waits[w].counter, wait_target(current.waits[w], step));
+        if (prof) t1 = global_timer_ns();
+      }
+      __syncthreads();
+      const Instr in = current;
+      m.execute(in);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();
+        add_release(p.counters + in.signal, 1u);
+        p.progress[2 * wg] = step;
+        p.progress[2 * wg + 1] = i - begin + 1;
+        if (prof) {
+          const unsigned long long t2 = global_timer_ns();
+          prof[int(in.op) * 2] += t2 - t1;
+          prof[int(in.op) * 2 + 1] += t1 - t0;
+        }
+      }
+    }
+  }
+  if (threadIdx.x == 0) p.progress[2 * wg + 1] = 0xffffffffu;
+}
+
+const void* monokernel_entry(bool fp16) {
+  return fp16 ? reinterpret_cast<const void*>(&monokernel<true>) : reinterpret_cast<const void*>(&monokernel<false>);
+}
+
+}  // namespace mk::dev

@@ -1,0 +1,75 @@
+#include "runtime/presets.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/error.h"
+
+namespace mk {
+namespace {
+
+struct Preset {
+  const char* name;
+  ModelConfig config;
+};
+
+ModelConfig llama3(int hidden, int inter, int layers, int heads, int kv, int hd, bool tied, float factor) {
+  ModelConfig c;
+  c.arch = Arch::Llama;
+  c.hidden_size = hidden, c.intermediate_size = inter, c.num_layers = layers;
+  c.num_heads = heads, c.num_kv_heads = kv, c.head_dim = hd, c.vocab_size = 128256;
+  c.max_position = 131072, c.rms_norm_eps = 1e-5f, c.rope_theta = 500000.0f;
+  c.rope_scaling = RopeScaling{RopeScaling::Kind::Llama3, factor, 1.0f, 4.0f, 8192};
+  c.tie_word_embeddings = tied;
+  c.eos_token_ids = {128001, 128008, 128009};
+  c.bos_token_id = 128000;
+  return c;
+}
+
+ModelConfig qwen(Arch arch, int hidden, int inter, int layers, int heads, int kv, int hd) {
+  ModelConfig c;
+  c.arch = arch;
+  c.hidden_size = hidden, c.intermediate_size = inter, c.num_layers = layers;
+  c.num_heads = heads, c.num_kv_heads = kv, c.head_dim = hd, c.vocab_size = 151936;
+  c.max_position = 32768, c.rms_norm_eps = 1e-6f, c.rope_theta = 1000000.0f;
+  c.tie_word_embeddings = true;
+  c.qkv_bias = arch == Arch::Qwen2;
+  c.qk_norm = arch == Arch::Qwen3;
+  c.eos_token_ids = {151645, 151643};
+  return c;
+}
+
+// Shapes from each model's config.json on the Hugging Face hub.
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> all = {
+      {"llama-3.2-1b", llama3(2048, 8192, 16, 32, 8, 64, true, 32.0f)},
+      {"llama-3.2-3b", llama3(3072, 8192, 28, 24, 8, 128, true, 32.0f)},
+      {"llama-3.1-8b", llama3(4096, 14336, 32, 32, 8, 128, false, 8.0f)},
+      {"qwen2.5-0.5b", qwen(Arch::Qwen2, 896, 4864, 24, 14, 2, 64)},
+      {"qwen3-1.7b", qwen(Arch::Qwen3, 2048, 6144, 28, 16, 8, 128)},
+  };
+  return all;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+ModelConfig preset_config(const std::string& name) {
+  for (const auto& p : presets())
+    if (name == p.name) return p.config;
+  fail("unknown preset '{}' (known: {})", name, fmt::join(preset_names(), ", "));
+}
+
+std::unique_ptr<Model> preset_model(const std::string& name) {
+  auto m = std::make_unique<Model>();
+  m->config = preset_config(name);
+  m->dir = "preset:" + name;
+  return m;
+}
+
+}  // namespace mk

@@ -1,0 +1,17 @@
+// Real models' shapes, for benchmarks and checks with random weights (no download needed).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/model.h"
+
+namespace mk {
+
+std::vector<std::string> preset_names();
+// Throws mk::Error listing the known names.
+ModelConfig preset_config(const std::string& name);
+// A Model with this config and no weight data (the GPU backend fills it with random values).
+std::unique_ptr<Model> preset_model(const std::string& name);
+
+}  // namespace mk

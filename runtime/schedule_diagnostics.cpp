@@ -1,0 +1,39 @@
+#include "runtime/schedule_diagnostics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+
+namespace mk {
+
+std::string describe_blocked(const Schedule& s, std::vector<WorkgroupPosition> blocked, const std::vector<unsigned>* counters,
+                             size_t max_shown) {
+  auto order = [&](const WorkgroupPosition& p) {
+    const uint32_t seq = p.at_step_gate ? 0 : s.instrs[p.instr_index].seq + 1;  // a gate comes before the step
+    return std::make_tuple(p.step, seq, p.workgroup);
+  };
+  std::sort(blocked.begin(), blocked.end(), [&](const auto& a, const auto& b) { return order(a) < order(b); });
+  std::string text;
+  auto now = [&](uint32_t counter) { return counters ? fmt::format(" (now {})", (*counters)[counter]) : std::string(); };
+  for (size_t i = 0; i < blocked.size() && i < max_shown; ++i) {
+    const auto& p = blocked[i];
+    if (p.at_step_gate) {
+      text += fmt::format("\n  workgroup {} at the step {} gate: waits for counter '{}' to reach {}{}", p.workgroup, p.step,
+                          s.counter_names[s.sample_counter], p.step, now(s.sample_counter));
+      continue;
+    }
+    const Instr& in = s.instrs[p.instr_index];
+    text += fmt::format("\n  workgroup {} step {}: {}{}", p.workgroup, p.step, s.describe(in),
+                        i == 0 ? "   <- earliest blocked instruction" : "");
+    for (int w = 0; w < in.num_waits; ++w) {
+      const Wait& wt = in.waits[w];
+      text += fmt::format("\n    waits for counter '{}' to reach {}{}", s.counter_names[wt.counter],
+                          wt.per_step * (p.step + 1 - wt.lag), now(wt.counter));
+    }
+  }
+  if (blocked.size() > max_shown) text += fmt::format("\n  ... and {} more", blocked.size() - max_shown);
+  return text;
+}
+
+}  // namespace mk

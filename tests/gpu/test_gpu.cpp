@@ -1,0 +1,255 @@
+// GPU correctness: the monokernel against the CPU emulator (same schedule) and against transformers'
+// fixtures. Built with MK_GPU=nvidia|amd; run on a machine with a GPU (scripts/gpu_check.sh).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "device/gpu_backend.h"
+#include "host/emulator/emulator.h"
+#include "runtime/error.h"
+#include "tests/helpers/logits_compare.h"
+#include "tests/helpers/tiny_model.h"
+
+namespace mk {
+namespace {
+
+using test::TinyModelSpec;
+
+std::unique_ptr<Model> tiny(const TinyModelSpec& spec, const std::string& tag) {
+  auto dir = test::make_temp_dir(tag);
+  test::write_tiny_model(dir, spec);
+  return load_model(dir);
+}
+
+GenerateResult run(DecodeBackend& b, std::vector<int32_t> prompt, int n, SamplingParams s = {}) {
+  GenerateRequest req;
+  req.input = std::move(prompt);
+  req.max_new_tokens = n;
+  req.sampling = s;
+  return b.generate(req, {});
+}
+
+// Compares GPU tokens with the emulator's; at the first difference, accepts it only if the emulator's
+// top-2 logits there are within rounding (and says so), since the sequences diverge from then on.
+void expect_same_tokens(const std::vector<int32_t>& gpu, const std::vector<int32_t>& emu,
+                        const std::vector<std::vector<float>>& emu_logits, const std::string& what) {
+  ASSERT_EQ(gpu.size(), emu.size()) << what;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (gpu[i] == emu[i]) continue;
+    const auto& l = emu_logits[i];
+    const auto cmp = test::compare_logits(l, l);
+    std::vector<float> sorted = l;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    const double margin = sorted[0] - sorted[1];
+    if (margin <= 2e-3 * std::max(1.0, cmp.reference_scale)) {
+      std::printf("note: %s: tokens differ at step %zu where the emulator's top-2 logits are within rounding (margin %.3g)\n",
+                  what.c_str(), i, margin);
+      return;
+    }
+    FAIL() << what << ": GPU token " << gpu[i] << " != emulator token " << emu[i] << " at step " << i
+           << " (emulator top-2 margin " << margin << ")";
+  }
+}
+
+struct ArchCase {
+  Arch arch;
+  DType dtype;
+  bool tied;
+};
+
+class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
+
+TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
+  TinyModelSpec spec;
+  spec.arch = GetParam().arch;
+  spec.dtype = GetParam().dtype;
+  spec.tied = GetParam().tied;
+  spec.llama3_rope = spec.arch == Arch::Llama;
+  spec.eos = {};
+  if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
+  auto model = tiny(spec, "gpu-emu");
+  GpuOptions gopt;
+  gopt.context = 256;
+  auto gpu = create_gpu_backend(*model, gopt);
+  EmulatorOptions eopt;
+  eopt.num_workgroups = gpu->schedule().num_workgroups;  // the very schedule the GPU runs
+  eopt.context = 256;
+  eopt.record_logits = true;
+  eopt.check_dependencies = false;
+  Emulator emu(*model, eopt);
+  const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
+  const auto g = run(*gpu, prompt, 64), e = run(emu, prompt, 64);
+  expect_same_tokens(g.tokens, e.tokens, emu.recorded_logits(), arch_name(spec.arch));
+  // The logits of the last step agree within bf16 tolerance (the emulator keeps its last step's logits).
+  const auto cmp = test::compare_logits(emu.recorded_logits().back(), gpu->last_logits());
+  if (g.tokens == e.tokens) {
+    EXPECT_LT(cmp.relative_error, 1e-3) << cmp.summary();
+  }
+  std::printf("%s %s: 64 tokens, last-step logits vs emulator: %s\n", arch_name(spec.arch),
+              std::string(dtype_name(spec.dtype)).c_str(), cmp.summary().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
+                         ::testing::Values(ArchCase{Arch::Llama, DType::BF16, true}, ArchCase{Arch::Mistral, DType::F16, false},
+                                           ArchCase{Arch::Qwen2, DType::BF16, true}, ArchCase{Arch::Qwen3, DType::BF16, false},
+                                           ArchCase{Arch::Llama, DType::F32, false}),
+                         [](const auto& test_info) {
+                           return std::string(arch_name(test_info.param.arch)) + "_" +
+                                  std::string(dtype_name(test_info.param.dtype));
+                         });
+
+TEST(Gpu, TransformersFixturesGreedyAndLogits) {
+  const char* root = std::getenv("MK_FIXTURES");
+  ASSERT_NE(root, nullptr) << "MK_FIXTURES is not set";
+  for (const char* name : {"llama3", "mistral", "qwen2", "qwen3"}) {
+    SCOPED_TRACE(name);
+    const auto dir = std::filesystem::path(root) / "hf" / name;
+    auto model = load_model(dir);
+    const auto expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
+    const auto prompt = expected["prompt"].get<std::vector<int32_t>>();
+    const auto hf_greedy = expected["greedy_tokens"].get<std::vector<int32_t>>();
+    const auto margins = expected["greedy_top2_margins"].get<std::vector<double>>();
+    GpuOptions gopt;
+    gopt.context = 64;
+    auto gpu = create_gpu_backend(*model, gopt);
+    // Logits at the end of the prompt.
+    run(*gpu, prompt, 0);
+    const auto hf_last = expected["logits"].back().get<std::vector<float>>();
+    const auto cmp = test::compare_logits(hf_last, gpu->last_logits());
+    EXPECT_LT(cmp.relative_error, 2e-2) << cmp.summary();
+    std::printf("%s: prompt logits vs transformers: %s\n", name, cmp.summary().c_str());
+    gpu->reset();
+    const auto g = run(*gpu, prompt, int(hf_greedy.size()));
+    for (size_t i = 0; i < hf_greedy.size(); ++i) {
+      if (g.tokens[i] == hf_greedy[i]) continue;
+      if (margins[i] < 2e-2) {
+        std::printf("note: %s: differs from transformers at step %zu where its top-2 margin is %.3g\n", name, i, margins[i]);
+        break;
+      }
+      ADD_FAILURE() << name << " step " << i << ": GPU " << g.tokens[i] << " vs transformers " << hf_greedy[i];
+      break;
+    }
+  }
+}
+
+TEST(Gpu, MultiTurnMatchesEmulator) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "gpu-turns");
+  GpuOptions gopt;
+  gopt.context = 128;
+  auto gpu = create_gpu_backend(*model, gopt);
+  EmulatorOptions eopt;
+  eopt.num_workgroups = gpu->schedule().num_workgroups;
+  eopt.context = 128;
+  eopt.check_dependencies = false;
+  Emulator emu(*model, eopt);
+  for (auto* b : {static_cast<DecodeBackend*>(gpu.get()), static_cast<DecodeBackend*>(&emu)}) run(*b, {1, 2, 3}, 10);
+  const auto g = run(*gpu, {50, 51}, 10), e = run(emu, {50, 51}, 10);
+  EXPECT_EQ(g.stats.ingested_tokens, 3);
+  EXPECT_EQ(gpu->position(), emu.position());
+  EXPECT_EQ(g.tokens, e.tokens);
+}
+
+TEST(Gpu, SeededSamplingIsReproducible) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  spec.weight_scale = 0.02f;
+  auto model = tiny(spec, "gpu-sampling");
+  GpuOptions gopt;
+  gopt.context = 128;
+  auto gpu = create_gpu_backend(*model, gopt);
+  for (SamplingParams s : {SamplingParams{0.8f, 0, 1.0f, 0.0f, 11}, SamplingParams{1.0f, 40, 0.9f, 0.05f, 12}}) {
+    gpu->reset();
+    const auto a = run(*gpu, {4, 5}, 40, s);
+    gpu->reset();
+    const auto b = run(*gpu, {4, 5}, 40, s);
+    EXPECT_EQ(a.tokens, b.tokens);
+    gpu->reset();
+    s.seed += 100;
+    const auto c = run(*gpu, {4, 5}, 40, s);
+    EXPECT_NE(a.tokens, c.tokens);
+    // The emulator implements the same rule; report how far it agrees (logits differ in rounding).
+    EmulatorOptions eopt;
+    eopt.num_workgroups = gpu->schedule().num_workgroups;
+    eopt.context = 128;
+    eopt.check_dependencies = false;
+    Emulator emu(*model, eopt);
+    s.seed -= 100;
+    const auto e = run(emu, {4, 5}, 40, s);
+    size_t same = 0;
+    while (same < e.tokens.size() && e.tokens[same] == a.tokens[same]) ++same;
+    std::printf("sampling T=%.1f top_k=%d top_p=%.2f: GPU and emulator agree on the first %zu of 40 tokens\n", s.temperature,
+                s.top_k, s.top_p, same);
+  }
+}
+
+TEST(Gpu, StopsCancelsAndRejectsCleanly) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "gpu-stops");
+  GpuOptions gopt;
+  gopt.context = 12;
+  auto gpu = create_gpu_backend(*model, gopt);
+  const auto r = run(*gpu, {1, 2, 3, 4}, 100);
+  EXPECT_EQ(r.stop, StopReason::ContextFull);
+  EXPECT_EQ(int(r.tokens.size()), 12 - 4 + 1);
+  EXPECT_THROW(run(*gpu, {5}, 1), Error);
+  gpu->reset();
+  EXPECT_THROW(run(*gpu, std::vector<int32_t>(13, 1), 1), Error);
+
+  GpuOptions big;
+  big.context = 4096;
+  auto gpu2 = create_gpu_backend(*model, big);
+  GenerateRequest req;
+  req.input = {1, 2};
+  req.max_new_tokens = 4000;
+  size_t seen = 0;
+  const auto c = gpu2->generate(req, [&](int32_t) {
+    if (++seen == 5) gpu2->cancel();
+  });
+  EXPECT_EQ(c.stop, StopReason::Cancelled);
+  EXPECT_GE(c.tokens.size(), 5u);
+  EXPECT_LT(c.tokens.size(), 4000u);
+  EXPECT_EQ(run(*gpu2, {9}, 3).tokens.size(), 3u);  // the session goes on
+}
+
+TEST(Gpu, OutOfMemoryIsAClearError) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "gpu-oom");
+  GpuOptions gopt;
+  gopt.context = 1 << 30;  // a KV cache no GPU has room for
+  try {
+    create_gpu_backend(*model, gopt);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("not enough device memory"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("KV cache for 1073741824 tokens"));
+  }
+}
+
+TEST(GpuDeathTest, WatchdogNamesTheStuckInstruction) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TinyModelSpec spec;
+  auto model = tiny(spec, "gpu-watchdog");
+  EXPECT_EXIT(
+      {
+        GpuOptions gopt;
+        gopt.context = 32;
+        gopt.watchdog_seconds = 1.0;
+        gopt.debug_edit_schedule = [](Schedule& s) {
+          for (auto& in : s.instrs)
+            if (in.op == Op::GateUp && in.layer == 1) in.waits[0].per_step += 1;  // never satisfied
+        };
+        auto gpu = create_gpu_backend(*model, gopt);
+        run(*gpu, {1, 2}, 4);
+      },
+      ::testing::ExitedWithCode(3),
+      "watchdog(.|\n)*layer 1 gate_up rows[^\n]*<- earliest blocked instruction\n    waits for counter 'layer 1 o_proj'");
+}
+
+}  // namespace
+}  // namespace mk
