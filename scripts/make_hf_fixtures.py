@@ -5,7 +5,7 @@ computes for them: the outside oracle for the CPU reference and the emulator (te
 Needs torch + transformers (run it where they are installed, e.g. the GPU machine; it runs on the CPU).
 Writes OUTDIR/<name>/{config.json, generation_config.json, model*.safetensors, expected.json} and a
 tarball OUTDIR/hf_fixtures.tar. The weights are rounded to the stored dtype first and the forward pass
-runs in float32, so our fp32-math reference should agree to float rounding.
+runs in float32 on the reloaded files, so our fp32-math reference should agree to float rounding.
 
     python3 scripts/make_hf_fixtures.py OUTDIR
 """
@@ -72,7 +72,9 @@ def main(outdir):
         model = model.to(dtype)            # the stored weights
         d = os.path.join(outdir, name)
         model.save_pretrained(d, safe_serialization=True)
-        model = model.to(torch.float32)  # float32 math on exactly the stored values
+        # Reload what was saved, in float32: float32 math on exactly the stored values. (Converting the
+        # in-memory model back with .to(float32) would keep RoPE's inv_freq buffer rounded to bf16.)
+        model = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
         with torch.no_grad():
             logits = model(torch.tensor([PROMPT])).logits[0]  # [len, vocab]
             seq = list(PROMPT)
