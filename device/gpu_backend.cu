@@ -216,12 +216,18 @@ class MonokernelBackend final : public GpuBackend {
   // Largest dynamic shared memory any instruction needs (see the kernel's use of `smem`).
   size_t shared_memory_bytes() const {
     const size_t warps = size_t(dev::kThreads / 32);  // NVIDIA warps; AMD has fewer (64-lane waves)
-    const size_t hd = size_t(cfg_.head_dim), G = size_t(cfg_.group_size());
     const size_t gemv = size_t(std::max({cfg_.hidden_size + 2 * int(warps), cfg_.intermediate_size,
-                                          cfg_.q_dim() + cfg_.num_heads * schedule_.attention_splits}));
-    const size_t attention = (G + 2) * hd + warps * G * hd + warps * G * 2;
+                                          cfg_.q_dim() + 3 * cfg_.num_heads * schedule_.attention_splits}));
+    const size_t attention = dev::attention_smem_bytes(dims()) / sizeof(float) + 1;
     const size_t sampler = dev::kSampleBins + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + warps + 4;
     return std::max({gemv, attention, sampler}) * sizeof(float);
+  }
+
+  dev::ModelDims dims() const {
+    return dev::ModelDims{cfg_.hidden_size, cfg_.intermediate_size, cfg_.num_layers, cfg_.num_heads, cfg_.num_kv_heads,
+                          cfg_.head_dim, cfg_.group_size(), cfg_.vocab_size, layout_.qkv_rows, layout_.qkv_group_rows,
+                          schedule_.attention_splits, schedule_.lm_head_slots, cfg_.rms_norm_eps, cfg_.qkv_bias,
+                          cfg_.qk_norm};
   }
 
   size_t kv_bytes() const {
@@ -320,10 +326,7 @@ class MonokernelBackend final : public GpuBackend {
     p.profile = profile_.as<unsigned long long>();
     p.profiling = opt_.profile ? 1 : 0;
     p.prefetch_bytes = opt_.prefetch_bytes;
-    p.dims = dev::ModelDims{cfg_.hidden_size, cfg_.intermediate_size, cfg_.num_layers, cfg_.num_heads, cfg_.num_kv_heads,
-                            cfg_.head_dim, cfg_.group_size(), cfg_.vocab_size, layout_.qkv_rows, layout_.qkv_group_rows,
-                            schedule_.attention_splits, schedule_.lm_head_slots, cfg_.rms_norm_eps, cfg_.qkv_bias,
-                            cfg_.qk_norm};
+    p.dims = dims();
     p.context = opt_.context;
     const size_t n_eos = std::min<size_t>(cfg_.eos_token_ids.size(), dev::kMaxEosIds);
     for (size_t i = 0; i < n_eos; ++i) p.eos[i] = cfg_.eos_token_ids[i];

@@ -14,12 +14,30 @@ inline constexpr int kThreads = 512;       // one workgroup (CTA) per SM/CU
 inline constexpr int kMaxEosIds = 8;
 inline constexpr int kSampleBins = 2048;  // radix-select histogram (11 bits a pass)
 
+// Positions of K/V staged in shared memory per attention tile: about 32 KiB of K plus V.
+MK_HD_INLINE int attention_tile_positions(int head_dim) {
+  const int t = (32 * 1024) / (2 * 2 * (head_dim + 2));
+  return t > 128 ? 128 : t;
+}
+
 struct ModelDims {
   int hidden, intermediate, layers, heads, kv_heads, head_dim, group_size, vocab;
   int qkv_rows, qkv_group_rows, attention_splits, lm_head_slots;
   float rms_eps;
   bool qkv_bias, qk_norm;
 };
+
+// Shared memory of one attention instruction (device/monokernel.cu: attention_smem).
+struct AttentionSmem {
+  float *group, *cos, *sin, *o, *m, *l, *corr, *scores;
+  uint16_t *k, *v;
+  int tile, stride;  // positions per tile; K/V row stride in elements (padded)
+};
+inline size_t attention_smem_bytes(const ModelDims& d) {
+  const int hd = d.head_dim, G = d.group_size, tile = attention_tile_positions(hd);
+  const size_t floats = size_t((G + 2) * hd + hd + G * hd + 3 * G + G * tile);
+  return floats * 4 + size_t(2 * tile * (hd + 2)) * 2;
+}
 
 // Written by the kernel into host-mapped memory while it runs.
 struct HostChannel {

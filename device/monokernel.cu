@@ -18,8 +18,6 @@ namespace mk::dev {
 namespace {
 
 constexpr int kWarps = kThreads / MK_WARP_SIZE;
-constexpr int kMaxHeadDim = 256;  // validated on the host
-constexpr int kHeadRegs = (kMaxHeadDim + MK_WARP_SIZE - 1) / MK_WARP_SIZE;
 
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) % MK_WARP_SIZE; }
 __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / MK_WARP_SIZE; }
@@ -113,53 +111,56 @@ __device__ __forceinline__ float dot8(uint4 w, const float* x) {
   return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
 }
 
-// One warp: dot(row of `cols` weights, x in shared memory); the total in every lane.
-// Several 16-byte loads per lane are issued before any is used, to keep enough bytes in flight.
-template <bool kFp16>
-__device__ float warp_row_dot(const uint8_t* row, int cols, const float* x) {
-  constexpr int kUnroll = 4;
-  const uint4* chunks = reinterpret_cast<const uint4*>(row);
+// The first batch of 16-byte weight loads of two rows (the rest follow in warp_two_row_dot).
+constexpr int kUnroll = 4;
+constexpr int kFirst = 4;
+struct FirstBatch {
+  uint4 a[kFirst], b[kFirst];
+};
+
+__device__ __forceinline__ void issue_first_batch(const uint8_t* row0, const uint8_t* row1, int cols, FirstBatch& f) {
+  const uint4* a = reinterpret_cast<const uint4*>(row0);
+  const uint4* b = reinterpret_cast<const uint4*>(row1);
   const int n = cols / 8;
-  float acc = 0.f;
-  for (int c0 = lane_id(); c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
-    uint4 w[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * MK_WARP_SIZE;
-      w[u] = c < n ? load_weight(chunks + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * MK_WARP_SIZE;
-      if (c < n) acc += dot8<kFp16>(w[u], x + size_t(c) * 8);
-    }
+  for (int u = 0; u < kFirst; ++u) {
+    const int c = lane_id() + u * MK_WARP_SIZE;
+    f.a[u] = (row0 && c < n) ? load_weight(a + c) : make_uint4(0, 0, 0, 0);
+    f.b[u] = (row1 && c < n) ? load_weight(b + c) : make_uint4(0, 0, 0, 0);
   }
-  return warp_sum(acc);
 }
 
-// One warp, two rows at once (their loads interleaved): out0 = dot(row0, x0), out1 = dot(row1, x1).
+// One warp, two rows at once (their loads interleaved): out0 = dot(row0, x0), out1 = dot(row1, x1);
+// row1 may be null. `first` holds the already issued first batch.
 template <bool kFp16>
 __device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int cols, const float* x0, const float* x1,
-                                 float& out0, float& out1) {
-  constexpr int kUnroll = 4;
+                                 const FirstBatch& first, float& out0, float& out1) {
   const uint4* a = reinterpret_cast<const uint4*>(row0);
   const uint4* b = reinterpret_cast<const uint4*>(row1);
   const int n = cols / 8;
   float acc0 = 0.f, acc1 = 0.f;
-  for (int c0 = lane_id(); c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
+#pragma unroll
+  for (int u = 0; u < kFirst; ++u) {
+    const int c = lane_id() + u * MK_WARP_SIZE;
+    if (c < n) {
+      acc0 += dot8<kFp16>(first.a[u], x0 + size_t(c) * 8);
+      if (row1) acc1 += dot8<kFp16>(first.b[u], x1 + size_t(c) * 8);
+    }
+  }
+  for (int c0 = lane_id() + MK_WARP_SIZE * kFirst; c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
     uint4 wa[kUnroll], wb[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * MK_WARP_SIZE;
       wa[u] = c < n ? load_weight(a + c) : make_uint4(0, 0, 0, 0);
-      wb[u] = c < n ? load_weight(b + c) : make_uint4(0, 0, 0, 0);
+      wb[u] = (row1 && c < n) ? load_weight(b + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * MK_WARP_SIZE;
       if (c < n) {
         acc0 += dot8<kFp16>(wa[u], x0 + size_t(c) * 8);
-        acc1 += dot8<kFp16>(wb[u], x1 + size_t(c) * 8);
+        if (row1) acc1 += dot8<kFp16>(wb[u], x1 + size_t(c) * 8);
       }
     }
   }
@@ -223,6 +224,25 @@ __device__ __forceinline__ float key_float(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+// Shared-memory plan of the attention instruction; kernel_params.h's attention_smem_bytes sizes it.
+__device__ AttentionSmem attention_smem(const ModelDims& d, float* base) {
+  AttentionSmem a{};
+  const int hd = d.head_dim, G = d.group_size;
+  a.tile = attention_tile_positions(hd);
+  a.stride = hd + 2;
+  a.group = base;
+  a.cos = a.group + (G + 2) * hd;
+  a.sin = a.cos + hd / 2;
+  a.o = a.sin + hd / 2;
+  a.m = a.o + G * hd;
+  a.l = a.m + G;
+  a.corr = a.l + G;
+  a.scores = a.corr + G;
+  a.k = reinterpret_cast<uint16_t*>(a.scores + G * a.tile);
+  a.v = a.k + a.tile * a.stride;
+  return a;
+}
+
 template <bool kFp16>
 struct Machine {
   const KernelParams& p;
@@ -241,33 +261,39 @@ struct Machine {
   }
 
   // Rows [begin, end) of `w` (cols wide) dotted with xs; `emit(row, value)` runs on lane 0.
-  // Rows [begin, end) of `w` (cols wide) dotted with xs; `emit(row, value)` runs on lane 0. Each warp
-  // takes two rows at a time (r and r + kWarps) so that twice the loads are in flight.
-  template <typename Emit>
-  __device__ void rows(uint64_t w, int cols, uint32_t begin, uint32_t end, const float* xs, Emit emit) {
+  // Rows [begin, end) of `w` (cols wide) dotted with xs, after `prologue()` (block-wide, ends with
+  // __syncthreads) has filled xs; `emit(row, value)` runs on lane 0. Each warp takes two rows at a time
+  // (r and r + kWarps) so that twice the loads are in flight. (Issuing the first loads before the
+  // prologue would overlap a round trip, but at 512 threads the registers it holds spill: docs/log.md.)
+  template <typename Prologue, typename Emit>
+  __device__ void rows(uint64_t w, int cols, uint32_t begin, uint32_t end, const float* xs, Prologue prologue, Emit emit) {
+    auto row = [&](uint32_t r) { return r < end ? matrix(w) + size_t(r) * row_bytes(cols) : nullptr; };
+    prologue();
     uint32_t r = begin + uint32_t(warp_id());
-    for (; r + kWarps < end; r += 2 * kWarps) {
+    FirstBatch first;
+    for (; r < end; r += 2 * kWarps) {
+      issue_first_batch(row(r), row(r + kWarps), cols, first);
       float v0, v1;
-      warp_two_row_dot<kFp16>(matrix(w) + size_t(r) * row_bytes(cols), matrix(w) + size_t(r + kWarps) * row_bytes(cols), cols, xs,
-                              xs, v0, v1);
-      if (lane_id() == 0) emit(r, v0), emit(r + kWarps, v1);
-    }
-    if (r < end) {
-      const float v = warp_row_dot<kFp16>(matrix(w) + size_t(r) * row_bytes(cols), cols, xs);
-      if (lane_id() == 0) emit(r, v);
+      warp_two_row_dot<kFp16>(row(r), row(r + kWarps), cols, xs, xs, first, v0, v1);
+      if (lane_id() == 0) {
+        emit(r, v0);
+        if (r + kWarps < end) emit(r + kWarps, v1);
+      }
     }
   }
 
   __device__ void qkv(const Instr& in) {
     const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
-    rms_norm_to_shared(p.x, f32(L.attn_norm), d.hidden, d.rms_eps, smem, red);
     const float* bias = d.qkv_bias ? f32(L.bqkv) : nullptr;
-    rows(L.wqkv, d.hidden, in.begin, in.end, smem, [&](uint32_t r, float v) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
+    rows(
+        L.wqkv, d.hidden, in.begin, in.end, smem,
+        [&] { rms_norm_to_shared(p.x, f32(L.attn_norm), d.hidden, d.rms_eps, smem, red); },
+        [&](uint32_t r, float v) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
   }
 
   // Per-head RMSNorm (Qwen3) and RoPE of one head in shared memory; one warp.
-  __device__ void prepare_head(float* head, const float* norm, int pos) {
+  __device__ void prepare_head(float* head, const float* norm, const float* cs, const float* sn) {
     const ModelDims& d = p.dims;
     const int hd = d.head_dim, half = hd / 2;
     if (norm) {
@@ -277,8 +303,6 @@ struct Machine {
       for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) head[i] = head[i] * inv * norm[i];
       sync_warp();
     }
-    const float* cs = p.rope + size_t(pos) * size_t(half);
-    const float* sn = p.rope + size_t(p.context) * size_t(half) + size_t(pos) * size_t(half);
     for (int i = lane_id(); i < half; i += MK_WARP_SIZE) {
       const float a = head[i], b = head[i + half];
       head[i] = a * cs[i] - b * sn[i];
@@ -287,104 +311,127 @@ struct Machine {
     sync_warp();
   }
 
+  // Attention for kv group g over its split of the cache, for all G query heads of the group. The cache
+  // slice is walked in tiles of K/V rows staged in shared memory (one load round trip per tile), with an
+  // online softmax across tiles. Writes this split's (m, l, unnormalised o) per head for o_proj.
   __device__ void attention(const Instr& in) {
     const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
-    const int hd = d.head_dim, G = d.group_size, S = d.attention_splits;
+    const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
     const int pos = p.start + int(step);
     const uint32_t g = in.begin, split = in.end;
-    float* group = smem;                                  // (G + 2) * hd: q heads, k, v
-    float* warp_o = group + (G + 2) * hd;                 // [kWarps][G][hd]
-    float* warp_ml = warp_o + size_t(kWarps) * G * hd;    // [kWarps][G][2]
-    const size_t base = size_t(g) * size_t(d.qkv_group_rows);
-    load_to_shared(p.qkv + base, (G + 2) * hd, group);  // head_dim % 8 == 0: 16-byte aligned
-    __syncthreads();
-
     const int n = pos + 1, chunk = (n + S - 1) / S;
     const int p0 = int(split) * chunk, p1 = min(n, p0 + chunk);
     const bool owns_new = p0 <= pos && pos < p1;
-    if (p1 > p0 && warp_id() <= G) {
+    const AttentionSmem a = attention_smem(d, smem);
+
+    // The group's q/k/v rows and this position's RoPE cos/sin, loaded in one pass.
+    const size_t base = size_t(g) * size_t(d.qkv_group_rows);
+    const float* cos_row = p.rope + size_t(pos) * half;
+    const float* sin_row = p.rope + size_t(p.context) * half + size_t(pos) * half;
+    const int q4 = (G + 2) * hd / 4, h4 = half / 4;
+    for (int i = threadIdx.x; i < q4 + 2 * h4; i += kThreads) {
+      if (i < q4) reinterpret_cast<float4*>(a.group)[i] = load_fresh(reinterpret_cast<const float4*>(p.qkv + base) + i);
+      else if (i < q4 + h4) reinterpret_cast<float4*>(a.cos)[i - q4] = reinterpret_cast<const float4*>(cos_row)[i - q4];
+      else reinterpret_cast<float4*>(a.sin)[i - q4 - h4] = reinterpret_cast<const float4*>(sin_row)[i - q4 - h4];
+    }
+    __syncthreads();
+    if (p1 > p0 && warp_id() <= G) {  // q/k RMSNorm (Qwen3) and RoPE, a warp per head
       const bool is_k = warp_id() == G;
       const float* norm = d.qk_norm ? f32(is_k ? L.k_norm : L.q_norm) : nullptr;
-      if (!is_k || owns_new) prepare_head(group + warp_id() * hd, norm, pos);
+      if (!is_k || owns_new) prepare_head(a.group + warp_id() * hd, norm, a.cos, a.sin);
     }
+    for (int i = threadIdx.x; i < G * hd; i += kThreads) a.o[i] = 0.f;
+    if (threadIdx.x < G) a.m[threadIdx.x] = -INFINITY, a.l[threadIdx.x] = 0.f;
     __syncthreads();
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + g) * size_t(p.context);
     if (owns_new) {  // append this position's K and V
       for (int i = threadIdx.x; i < hd; i += kThreads) {
-        p.k_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(group[G * hd + i]);
-        p.v_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(group[(G + 1) * hd + i]);
+        p.k_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(a.group[G * hd + i]);
+        p.v_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(a.group[(G + 1) * hd + i]);
       }
       __syncthreads();
     }
 
-    // Each warp runs an online softmax over its share of the positions, for all G query heads. Its running
-    // max and sum per head live in shared memory (registers are the scarce resource at 512 threads).
     const float scale = 1.0f / sqrtf(float(hd));
-    float* my_o = warp_o + size_t(warp_id()) * G * hd;
-    float* my_ml = warp_ml + size_t(warp_id()) * G * 2;
-    for (int i = lane_id(); i < G * hd; i += MK_WARP_SIZE) my_o[i] = 0.f;
-    for (int j = lane_id(); j < G; j += MK_WARP_SIZE) my_ml[j * 2] = -INFINITY, my_ml[j * 2 + 1] = 0.f;
-    sync_warp();
-    // K/V rows of the next position are loaded while the current one is computed (software pipelining).
-    uint16_t k_next[kHeadRegs], v_next[kHeadRegs];
-    auto load_kv = [&](int t) {
-      const uint16_t* krow = p.k_cache + (cache_base + size_t(t)) * size_t(hd);
-      const uint16_t* vrow = p.v_cache + (cache_base + size_t(t)) * size_t(hd);
+    const int row8 = hd / 8;  // 16-byte pieces per K/V row
+    for (int t0 = p0; t0 < p1; t0 += a.tile) {
+      const int nt = min(a.tile, p1 - t0);
+      // Stage the tile: rows padded by 2 elements so that a thread per position reads conflict-free.
+      const uint4* ksrc = reinterpret_cast<const uint4*>(p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
+      const uint4* vsrc = reinterpret_cast<const uint4*>(p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
+      constexpr int kBatch = 4;
+      for (int b0 = threadIdx.x; b0 < 2 * nt * row8; b0 += kThreads * kBatch) {
+        uint4 v[kBatch];
 #pragma unroll
-      for (int e = 0; e < kHeadRegs; ++e) {
-        const int i = lane_id() + e * MK_WARP_SIZE;
-        k_next[e] = i < hd ? load_fresh(krow + i) : uint16_t(0);
-        v_next[e] = i < hd ? load_fresh(vrow + i) : uint16_t(0);
+        for (int k = 0; k < kBatch; ++k) {
+          const int i = b0 + k * kThreads;
+          v[k] = i < nt * row8 ? load_fresh(ksrc + i) : i < 2 * nt * row8 ? load_fresh(vsrc + (i - nt * row8)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          const int i = b0 + k * kThreads;
+          if (i >= 2 * nt * row8) break;
+          const int j = i < nt * row8 ? i : i - nt * row8;
+          uint16_t* dst = (i < nt * row8 ? a.k : a.v) + (j / row8) * a.stride + (j % row8) * 8;
+          const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) reinterpret_cast<uint32_t*>(dst)[e] = w[e];  // rows are 4-byte aligned
+        }
       }
-    };
-    if (p0 + warp_id() < p1) load_kv(p0 + warp_id());
-    for (int t = p0 + warp_id(); t < p1; t += kWarps) {
-      float k[kHeadRegs], v[kHeadRegs];
-#pragma unroll
-      for (int e = 0; e < kHeadRegs; ++e) k[e] = bf16_bits_to_float(k_next[e]), v[e] = bf16_bits_to_float(v_next[e]);
-      if (t + kWarps < p1) load_kv(t + kWarps);
-      for (int j = 0; j < G; ++j) {
-        const float* q = group + j * hd;
-        float partial = 0.f;
-#pragma unroll
-        for (int e = 0; e < kHeadRegs; ++e) {
-          const int i = lane_id() + e * MK_WARP_SIZE;
-          if (i < hd) partial += q[i] * k[e];
+      __syncthreads();
+      // Scores, a thread per (head, position).
+      for (int idx = threadIdx.x; idx < G * nt; idx += kThreads) {
+        const int j = idx / nt, t = idx % nt;
+        const float* q = a.group + j * hd;
+        const uint32_t* krow = reinterpret_cast<const uint32_t*>(a.k + t * a.stride);
+        float dot = 0.f;
+        for (int e = 0; e < hd / 2; ++e) {
+          const uint32_t w = krow[e];
+          dot += q[2 * e] * __uint_as_float(w << 16) + q[2 * e + 1] * __uint_as_float(w & 0xffff0000u);
         }
-        const float s = warp_sum(partial) * scale;
-        const float m_old = my_ml[j * 2], m_new = fmaxf(m_old, s);
-        const float corr = __expf(m_old - m_new), w = __expf(s - m_new);
-        const float l_new = my_ml[j * 2 + 1] * corr + w;
+        a.scores[j * a.tile + t] = dot * scale;
+      }
+      __syncthreads();
+      // Online softmax across tiles, a warp per head.
+      for (int j = warp_id(); j < G; j += kWarps) {
+        float tmax = -INFINITY;
+        for (int t = lane_id(); t < nt; t += MK_WARP_SIZE) tmax = fmaxf(tmax, a.scores[j * a.tile + t]);
 #pragma unroll
-        for (int e = 0; e < kHeadRegs; ++e) {
-          const int i = lane_id() + e * MK_WARP_SIZE;
-          if (i < hd) my_o[j * hd + i] = my_o[j * hd + i] * corr + w * v[e];
+        for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) tmax = fmaxf(tmax, shfl_xor(tmax, o));
+        const float m_new = fmaxf(a.m[j], tmax);
+        float sum = 0.f;
+        for (int t = lane_id(); t < nt; t += MK_WARP_SIZE) {
+          const float e = __expf(a.scores[j * a.tile + t] - m_new);
+          a.scores[j * a.tile + t] = e;
+          sum += e;
         }
-        sync_warp();  // every lane has read the old (m, l)
-        if (lane_id() == 0) my_ml[j * 2] = m_new, my_ml[j * 2 + 1] = l_new;
+        sum = warp_sum(sum);
         sync_warp();
-      }
-    }
-    __syncthreads();
-
-    // Combine the warps into this split's partial (m, l, unnormalised o) per query head.
-    for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
-      const int j = idx / hd, i = idx % hd;
-      float M = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, warp_ml[(w * G + j) * 2]);
-      float total = 0.f, o = 0.f;
-      if (M != -INFINITY)
-        for (int w = 0; w < kWarps; ++w) {
-          const float lw = warp_ml[(w * G + j) * 2 + 1];
-          if (lw == 0.f) continue;
-          const float f = __expf(warp_ml[(w * G + j) * 2] - M);
-          total += f * lw;
-          o += f * warp_o[(size_t(w) * G + j) * hd + i];
+        if (lane_id() == 0) {
+          const float corr = __expf(a.m[j] - m_new);  // 0 on the first tile (m = -inf)
+          a.corr[j] = corr;
+          a.l[j] = a.l[j] * corr + sum;
+          a.m[j] = m_new;
         }
+      }
+      __syncthreads();
+      // o = o * corr + sum_t p_t V_t, a thread per (head, element).
+      for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+        const int j = idx / hd, e = idx % hd;
+        const float* pj = a.scores + j * a.tile;
+        float acc = 0.f;
+        for (int t = 0; t < nt; ++t) acc += pj[t] * bf16_bits_to_float(a.v[t * a.stride + e]);
+        a.o[idx] = a.o[idx] * a.corr[j] + acc;
+      }
+      __syncthreads();
+    }
+
+    for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+      const int j = idx / hd, e = idx % hd;
       const size_t slot = size_t(int(g) * G + j) * size_t(S) + split;
-      p.att_o[slot * hd + i] = o;
-      if (i == 0) p.att_ml[slot * 2] = M, p.att_ml[slot * 2 + 1] = total;
+      p.att_o[slot * hd + e] = a.o[idx];
+      if (e == 0) p.att_ml[slot * 2] = a.m[j], p.att_ml[slot * 2 + 1] = a.l[j];
     }
   }
 
@@ -396,47 +443,64 @@ struct Machine {
     // (head, split) = exp(m_s - M) / sum_s' l_s' exp(m_s' - M), once; then one pass over the partial outputs.
     float* attn = smem;                            // heads * hd
     float* weight = smem + size_t(d.heads) * hd;   // heads * S
-    for (int hh = threadIdx.x; hh < d.heads; hh += kThreads) {
-      float M = -INFINITY;
-      for (int s = 0; s < S; ++s) M = fmaxf(M, load_fresh(p.att_ml + (size_t(hh) * S + s) * 2));
-      float total = 0.f;
-      for (int s = 0; s < S; ++s) {
-        const size_t slot = size_t(hh) * S + s;
-        const float ls = load_fresh(p.att_ml + slot * 2 + 1);
-        const float w = ls == 0.f ? 0.f : __expf(load_fresh(p.att_ml + slot * 2) - M);
-        weight[slot] = w;
-        total += w * ls;
+    // (m, l) of every (head, split) loaded once, in parallel; the per-head max and total from shared
+    // memory (a serial loop over the splits would wait one L2 round trip per split).
+    auto combine = [&] {
+      float* ml = weight + size_t(d.heads) * S;  // heads * S * 2
+      for (int i = threadIdx.x; i < d.heads * S * 2; i += kThreads) ml[i] = load_fresh(p.att_ml + i);
+      __syncthreads();
+      for (int hh = threadIdx.x; hh < d.heads; hh += kThreads) {
+        float M = -INFINITY;
+        for (int s = 0; s < S; ++s) M = fmaxf(M, ml[(hh * S + s) * 2]);
+        float total = 0.f;
+        for (int s = 0; s < S; ++s) {
+          const float ls = ml[(hh * S + s) * 2 + 1];
+          const float w = ls == 0.f ? 0.f : __expf(ml[(hh * S + s) * 2] - M);
+          weight[hh * S + s] = w;
+          total += w * ls;
+        }
+        for (int s = 0; s < S; ++s) weight[hh * S + s] /= total;
       }
-      for (int s = 0; s < S; ++s) weight[size_t(hh) * S + s] /= total;
-    }
-    __syncthreads();
-    // Branch-free, four independent loads in flight (an empty split has weight 0 and o = 0).
-    for (int idx = threadIdx.x; idx < d.heads * hd; idx += kThreads) {
-      const int hh = idx / hd, i = idx % hd;
-      const float* o = p.att_o + size_t(hh) * S * hd + i;
-      const float* w = weight + size_t(hh) * S;
-      float acc = 0.f;
-      int s = 0;
-      for (; s + 4 <= S; s += 4) {
-        const float o0 = load_fresh(o + size_t(s) * hd), o1 = load_fresh(o + size_t(s + 1) * hd);
-        const float o2 = load_fresh(o + size_t(s + 2) * hd), o3 = load_fresh(o + size_t(s + 3) * hd);
-        acc += w[s] * o0 + w[s + 1] * o1 + w[s + 2] * o2 + w[s + 3] * o3;
+      __syncthreads();
+      // Each thread takes 4 consecutive elements of one head and issues the loads of all splits before
+      // using any (one L2 round trip instead of one per split). An empty split has weight 0 and o = 0.
+      constexpr int kMaxSplitsInFlight = 8;  // 32 registers of loads in flight
+      const int quads = d.heads * hd / 4;
+      for (int q = threadIdx.x; q < quads; q += kThreads) {
+        const int hh = (q * 4) / hd, i = (q * 4) % hd;
+        const float4* o = reinterpret_cast<const float4*>(p.att_o + size_t(hh) * S * hd + i);
+        const float* w = weight + size_t(hh) * S;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s0 = 0; s0 < S; s0 += kMaxSplitsInFlight) {
+          float4 v[kMaxSplitsInFlight];
+#pragma unroll
+          for (int k = 0; k < kMaxSplitsInFlight; ++k)
+            if (s0 + k < S) v[k] = load_fresh(o + size_t(s0 + k) * hd / 4);
+#pragma unroll
+          for (int k = 0; k < kMaxSplitsInFlight; ++k)
+            if (s0 + k < S) {
+              const float ws = w[s0 + k];
+              acc.x += ws * v[k].x, acc.y += ws * v[k].y, acc.z += ws * v[k].z, acc.w += ws * v[k].w;
+            }
+        }
+        *reinterpret_cast<float4*>(attn + hh * hd + i) = acc;
       }
-      for (; s < S; ++s) acc += w[s] * load_fresh(o + size_t(s) * hd);
-      attn[idx] = acc;
-    }
-    __syncthreads();
-    rows(L.wo, d.heads * hd, in.begin, in.end, smem, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
+      __syncthreads();
+    };
+    rows(L.wo, d.heads * hd, in.begin, in.end, smem, combine, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
   }
 
   __device__ void gate_up(const Instr& in) {
     const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
+    auto gate = [&](uint32_t r) { return matrix(L.w_gate) + size_t(r) * row_bytes(d.hidden); };
+    auto up = [&](uint32_t r) { return matrix(L.w_up) + size_t(r) * row_bytes(d.hidden); };
     rms_norm_to_shared(p.x, f32(L.mlp_norm), d.hidden, d.rms_eps, smem, red);
+    FirstBatch first;
     for (uint32_t r = in.begin + uint32_t(warp_id()); r < in.end; r += kWarps) {
+      issue_first_batch(gate(r), up(r), d.hidden, first);
       float g, u;
-      warp_two_row_dot<kFp16>(matrix(L.w_gate) + size_t(r) * row_bytes(d.hidden), matrix(L.w_up) + size_t(r) * row_bytes(d.hidden),
-                              d.hidden, smem, smem, g, u);
+      warp_two_row_dot<kFp16>(gate(r), up(r), d.hidden, smem, smem, first, g, u);
       if (lane_id() == 0) p.h[r] = g / (1.0f + __expf(-g)) * u;
     }
   }
@@ -444,18 +508,20 @@ struct Machine {
   __device__ void down(const Instr& in) {
     const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
-    load_to_shared(p.h, d.intermediate, smem);
-    __syncthreads();
-    rows(L.w_down, d.intermediate, in.begin, in.end, smem, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
+    auto load_h = [&] {
+      load_to_shared(p.h, d.intermediate, smem);
+      __syncthreads();
+    };
+    rows(L.w_down, d.intermediate, in.begin, in.end, smem, load_h, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
   }
 
   __device__ void lm_head(const Instr& in) {
     if (int(step) + 1 < p.ingest) return;  // a prompt step: nobody needs its logits
     const ModelDims& d = p.dims;
-    rms_norm_to_shared(p.x, f32(p.final_norm), d.hidden, d.rms_eps, smem, red);
     float best = -INFINITY;
     int32_t best_index = int32_t(in.begin);
-    rows(p.lm_head, d.hidden, in.begin, in.end, smem, [&](uint32_t r, float v) {
+    auto norm = [&] { rms_norm_to_shared(p.x, f32(p.final_norm), d.hidden, d.rms_eps, smem, red); };
+    rows(p.lm_head, d.hidden, in.begin, in.end, smem, norm, [&](uint32_t r, float v) {
       p.logits[r] = v;
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });

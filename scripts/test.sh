@@ -15,14 +15,17 @@ scripts/install_deps.sh --amd
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH=/usr/local/cuda/bin:$PATH
 command -v nvcc >/dev/null || { echo "test.sh: nvcc (CUDA 12.4+) is required to compile the NVIDIA device code" >&2; exit 1; }
 
-gpu_targets=(mk_device mk_topology_probe test_gpu mk-bench mk-run mk-topo)
-for gpu in nvidia amd; do
+# The AMD and CPU configurations compile the host sources with identical flags: ccache shares them.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+gpu_targets=(mk_device mk_topology_probe test_gpu gpu_logits_dump mk-bench mk-run mk-topo)
+for gpu in amd nvidia; do
   echo "== compile check: MK_GPU=$gpu (warnings are errors)"
-  cmake -S . -B "build-ci-$gpu" -G Ninja -DMK_GPU=$gpu -DMK_WERROR=ON >/dev/null
+  cmake -S . -B "build-ci-$gpu" -G Ninja -DMK_GPU=$gpu -DMK_WERROR=ON "${launcher[@]}" >/dev/null
   cmake --build "build-ci-$gpu" -j"$jobs" --target "${gpu_targets[@]}"
 done
 
 echo "== CPU build and tests"
-cmake -S . -B build-ci-cpu -G Ninja -DMK_GPU=none -DMK_WERROR=ON >/dev/null
+cmake -S . -B build-ci-cpu -G Ninja -DMK_GPU=none -DMK_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build build-ci-cpu -j"$jobs"
 ctest --test-dir build-ci-cpu --output-on-failure -j"$jobs" --timeout 900
