@@ -342,7 +342,7 @@ struct Machine {
       if (!is_k || owns_new) prepare_head(a.group + warp_id() * hd, norm, a.cos, a.sin);
     }
     for (int i = threadIdx.x; i < G * hd; i += kThreads) a.o[i] = 0.f;
-    if (threadIdx.x < G) a.m[threadIdx.x] = -INFINITY, a.l[threadIdx.x] = 0.f;
+    if (int(threadIdx.x) < G) a.m[threadIdx.x] = -INFINITY, a.l[threadIdx.x] = 0.f;
     __syncthreads();
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + g) * size_t(p.context);
     if (owns_new) {  // append this position's K and V
