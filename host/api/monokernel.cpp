@@ -1,0 +1,302 @@
+// The C API over host/engine: handles, status codes and the exception boundary. Every exported function
+// catches everything; the message goes to the handle's last error.
+#include "monokernel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "host/engine/engine.h"
+
+struct mk_model {
+  std::unique_ptr<mk::Engine> engine;
+  std::string backend_name;
+};
+
+struct mk_session {
+  std::unique_ptr<mk::Session> session;
+  std::string last_error;
+};
+
+namespace {
+
+// Model-level calls may come from several threads at once: their last error is kept per thread.
+thread_local std::string t_model_error;
+
+mk_status status_of(mk::EngineErrorKind kind) {
+  switch (kind) {
+    case mk::EngineErrorKind::InvalidArgument: return MK_ERROR_INVALID_ARGUMENT;
+    case mk::EngineErrorKind::NotFound: return MK_ERROR_NOT_FOUND;
+    case mk::EngineErrorKind::BadModel: return MK_ERROR_BAD_MODEL;
+    case mk::EngineErrorKind::ContextFull: return MK_ERROR_CONTEXT_FULL;
+    case mk::EngineErrorKind::Backend: return MK_ERROR_BACKEND;
+    case mk::EngineErrorKind::Busy: return MK_ERROR_BUSY;
+  }
+  return MK_ERROR_INTERNAL;
+}
+
+struct Failure {
+  mk_status status;
+  std::string message;
+};
+
+// Runs `body`; turns any exception into a status and a message.
+template <typename F>
+mk_status guarded(std::string& error, F&& body) {
+  try {
+    body();
+    return MK_OK;
+  } catch (const Failure& f) {
+    error = f.message;
+    return f.status;
+  } catch (const mk::EngineError& e) {
+    error = e.what();
+    return status_of(e.kind());
+  } catch (const mk::Error& e) {
+    error = e.what();
+    return MK_ERROR_INTERNAL;
+  } catch (const std::bad_alloc&) {
+    error = "out of memory";
+    return MK_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return MK_ERROR_INTERNAL;
+  } catch (...) {
+    error = "unknown error";
+    return MK_ERROR_INTERNAL;
+  }
+}
+
+[[noreturn]] void invalid(const std::string& message) { throw Failure{MK_ERROR_INVALID_ARGUMENT, message}; }
+
+void copy_to(char* buffer, size_t size, const std::string& text) {
+  if (!buffer || size == 0) return;
+  const size_t n = std::min(size - 1, text.size());
+  std::memcpy(buffer, text.data(), n);
+  buffer[n] = '\0';
+}
+
+mk_stop_reason stop_of(mk::StopReason r) {
+  switch (r) {
+    case mk::StopReason::None: return MK_STOP_NONE;
+    case mk::StopReason::Eos: return MK_STOP_EOS;
+    case mk::StopReason::MaxTokens: return MK_STOP_MAX_TOKENS;
+    case mk::StopReason::Cancelled: return MK_STOP_CANCELLED;
+    case mk::StopReason::ContextFull: return MK_STOP_CONTEXT_FULL;
+  }
+  return MK_STOP_NONE;
+}
+
+mk::TurnParams turn_params(const mk_generate_params* p) {
+  mk_generate_params d;
+  mk_generate_params_init(&d);
+  if (!p) p = &d;
+  mk::TurnParams t;
+  t.max_tokens = p->max_tokens;
+  t.sampling.temperature = p->temperature;
+  t.sampling.top_k = p->top_k;
+  t.sampling.top_p = p->top_p;
+  t.sampling.min_p = p->min_p;
+  t.sampling.seed = p->seed;
+  return t;
+}
+
+mk_status generate(mk_session* s, const std::vector<mk::ChatMessage>& messages, const mk_generate_params* params,
+                   mk_token_callback callback, void* user) {
+  return guarded(s->last_error, [&] {
+    mk::Session& session = *s->session;
+    const auto on_text = [&](std::string_view text) {
+      if (!callback) return;
+      const std::string piece(text);  // NUL-terminated for callers that want a C string
+      if (callback(piece.c_str(), piece.size(), user) != 0) session.cancel();
+    };
+    session.chat(messages, turn_params(params), on_text);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* mk_status_name(mk_status status) {
+  switch (status) {
+    case MK_OK: return "MK_OK";
+    case MK_ERROR_INVALID_ARGUMENT: return "MK_ERROR_INVALID_ARGUMENT";
+    case MK_ERROR_NOT_FOUND: return "MK_ERROR_NOT_FOUND";
+    case MK_ERROR_BAD_MODEL: return "MK_ERROR_BAD_MODEL";
+    case MK_ERROR_CONTEXT_FULL: return "MK_ERROR_CONTEXT_FULL";
+    case MK_ERROR_BACKEND: return "MK_ERROR_BACKEND";
+    case MK_ERROR_BUSY: return "MK_ERROR_BUSY";
+    case MK_ERROR_BUFFER_TOO_SMALL: return "MK_ERROR_BUFFER_TOO_SMALL";
+    case MK_ERROR_OUT_OF_MEMORY: return "MK_ERROR_OUT_OF_MEMORY";
+    case MK_ERROR_INTERNAL: return "MK_ERROR_INTERNAL";
+  }
+  return "MK_ERROR_UNKNOWN";
+}
+
+const char* mk_version(void) { return MK_VERSION_STRING; }
+
+void mk_model_options_init(mk_model_options* o) {
+  if (!o) return;
+  *o = mk_model_options{};
+  o->backend = MK_BACKEND_AUTO;
+  o->emulator_workgroups = mk::EngineOptions{}.emulator_workgroups;
+}
+
+mk_status mk_model_open(const char* path, const mk_model_options* options, mk_model** model, char* errbuf,
+                        size_t errbuf_size) {
+  std::string error;
+  const mk_status status = guarded(error, [&] {
+    if (!model) invalid("mk_model_open: model (the output pointer) is NULL");
+    *model = nullptr;
+    if (!path) invalid("mk_model_open: path is NULL");
+    mk_model_options defaults;
+    mk_model_options_init(&defaults);
+    const mk_model_options& o = options ? *options : defaults;
+    mk::EngineOptions e;
+    switch (o.backend) {
+      case MK_BACKEND_AUTO: e.backend = mk::BackendChoice::Auto; break;
+      case MK_BACKEND_GPU: e.backend = mk::BackendChoice::Gpu; break;
+      case MK_BACKEND_EMULATOR: e.backend = mk::BackendChoice::Emulator; break;
+      default: invalid("mk_model_open: options->backend is not an mk_backend_kind");
+    }
+    e.context = o.context;
+    e.gpu_device = o.gpu_device;
+    e.emulator_workgroups = o.emulator_workgroups;
+    if (o.on_progress)
+      e.on_upload_progress = [cb = o.on_progress, user = o.user](uint64_t done, uint64_t total, double s) { cb(done, total, s, user); };
+    if (o.on_notice)
+      e.on_notice = [cb = o.on_notice, user = o.user](const std::string& m) { cb(m.c_str(), user); };
+    auto handle = std::make_unique<mk_model>();
+    handle->engine = mk::Engine::open(path, e);
+    handle->backend_name = handle->engine->backend_name();
+    *model = handle.release();
+  });
+  copy_to(errbuf, errbuf_size, status == MK_OK ? std::string() : error);
+  return status;
+}
+
+void mk_model_close(mk_model* model) { delete model; }
+
+const char* mk_model_backend_name(const mk_model* model) { return model ? model->backend_name.c_str() : ""; }
+
+const char* mk_model_last_error(const mk_model*) { return t_model_error.c_str(); }
+
+mk_status mk_tokenize(mk_model* model, const char* text, size_t length, int parse_special, int32_t* tokens,
+                      size_t capacity, size_t* count) {
+  return guarded(t_model_error, [&] {
+    if (!model || !count || (!text && length > 0) || (!tokens && capacity > 0))
+      invalid("mk_tokenize: model, count, text (for a non-empty text) and tokens (for a non-zero capacity) must not be NULL");
+    const auto ids = model->engine->tokenizer().encode(std::string_view(text ? text : "", length), parse_special != 0);
+    *count = ids.size();
+    if (ids.size() > capacity)
+      throw Failure{MK_ERROR_BUFFER_TOO_SMALL, fmt::format("mk_tokenize: {} tokens do not fit a buffer of {}", ids.size(), capacity)};
+    std::copy(ids.begin(), ids.end(), tokens);
+  });
+}
+
+mk_status mk_detokenize(mk_model* model, const int32_t* tokens, size_t count, char* text, size_t capacity,
+                        size_t* length) {
+  return guarded(t_model_error, [&] {
+    if (!model || !length || (!tokens && count > 0) || (!text && capacity > 0))
+      invalid("mk_detokenize: model, length, tokens (for a non-zero count) and text (for a non-zero capacity) must not be NULL");
+    const std::string s = model->engine->tokenizer().decode(std::span<const int32_t>(tokens, count));
+    *length = s.size();
+    if (s.size() + 1 > capacity)
+      throw Failure{MK_ERROR_BUFFER_TOO_SMALL,
+                    fmt::format("mk_detokenize: {} bytes and the NUL do not fit a buffer of {}", s.size(), capacity)};
+    std::memcpy(text, s.c_str(), s.size() + 1);
+  });
+}
+
+void mk_session_options_init(mk_session_options* o) {
+  if (!o) return;
+  o->system_prompt = nullptr;
+  o->enable_thinking = -1;
+}
+
+mk_status mk_session_create(mk_model* model, const mk_session_options* options, mk_session** session) {
+  return guarded(t_model_error, [&] {
+    if (!session) invalid("mk_session_create: session (the output pointer) is NULL");
+    *session = nullptr;
+    if (!model) invalid("mk_session_create: model is NULL");
+    mk::SessionOptions s;
+    if (options && options->system_prompt) s.system_prompt = options->system_prompt;
+    if (options && options->enable_thinking >= 0) s.chat.enable_thinking = options->enable_thinking != 0;
+    auto handle = std::make_unique<mk_session>();
+    handle->session = model->engine->create_session(s);
+    *session = handle.release();
+  });
+}
+
+void mk_session_destroy(mk_session* session) { delete session; }
+
+void mk_generate_params_init(mk_generate_params* p) {
+  if (!p) return;
+  const mk::TurnParams t;
+  p->max_tokens = t.max_tokens;
+  p->temperature = t.sampling.temperature;
+  p->top_k = t.sampling.top_k;
+  p->top_p = t.sampling.top_p;
+  p->min_p = t.sampling.min_p;
+  p->seed = t.sampling.seed;
+}
+
+mk_status mk_generate(mk_session* session, const char* prompt, const mk_generate_params* params,
+                      mk_token_callback callback, void* user) {
+  if (!session) return MK_ERROR_INVALID_ARGUMENT;
+  if (!prompt) {
+    session->last_error = "mk_generate: prompt is NULL";
+    return MK_ERROR_INVALID_ARGUMENT;
+  }
+  return generate(session, {{"user", prompt}}, params, callback, user);
+}
+
+mk_status mk_generate_messages(mk_session* session, const mk_message* messages, size_t count,
+                               const mk_generate_params* params, mk_token_callback callback, void* user) {
+  if (!session) return MK_ERROR_INVALID_ARGUMENT;
+  std::vector<mk::ChatMessage> list;
+  const mk_status status = guarded(session->last_error, [&] {
+    if (!messages && count > 0) invalid("mk_generate_messages: messages is NULL");
+    for (size_t i = 0; i < count; ++i) {
+      if (!messages[i].role || !messages[i].content)
+        invalid(fmt::format("mk_generate_messages: message {} has a NULL role or content", i));
+      list.push_back({messages[i].role, messages[i].content});
+    }
+  });
+  if (status != MK_OK) return status;
+  return generate(session, list, params, callback, user);
+}
+
+mk_status mk_session_cancel(mk_session* session) {
+  if (!session) return MK_ERROR_INVALID_ARGUMENT;
+  session->session->cancel();  // atomic stores only: safe from any thread, never throws
+  return MK_OK;
+}
+
+mk_status mk_session_reset(mk_session* session) {
+  if (!session) return MK_ERROR_INVALID_ARGUMENT;
+  return guarded(session->last_error, [&] { session->session->reset(); });
+}
+
+mk_status mk_session_stats(const mk_session* session, mk_stats* out) {
+  if (!session || !out) return MK_ERROR_INVALID_ARGUMENT;
+  const mk::SessionStats s = session->session->stats();
+  out->context_tokens = s.context_tokens;
+  out->context_size = s.context_size;
+  out->turns = s.turns;
+  out->last_ingested_tokens = s.last_ingested_tokens;
+  out->last_generated_tokens = s.last_generated_tokens;
+  out->last_first_token_seconds = s.last_first_token_seconds;
+  out->last_tokens_per_second = s.last_tokens_per_second;
+  out->last_total_seconds = s.last_total_seconds;
+  out->last_stop = stop_of(s.last_stop);
+  return MK_OK;
+}
+
+const char* mk_session_last_error(const mk_session* session) { return session ? session->last_error.c_str() : ""; }
+
+}  // extern "C"

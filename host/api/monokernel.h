@@ -1,0 +1,200 @@
+/* monokernel: the embeddable engine, C API.
+ *
+ * Open a Hugging Face model directory, create chat sessions, generate with a per-token callback. The model
+ * runs as one persistent GPU kernel when the library was built with GPU support and a GPU is present;
+ * otherwise on the CPU emulator of the same schedule (slow, but the same tokens).
+ *
+ *   mk_model* model;
+ *   char err[512];
+ *   if (mk_model_open("path/to/model", NULL, &model, err, sizeof err) != MK_OK) { puts(err); return 1; }
+ *   mk_session* session;
+ *   mk_session_create(model, NULL, &session);
+ *   mk_generate(session, "Hello!", NULL, print_text, NULL);   // streams the reply
+ *   mk_session_destroy(session);
+ *   mk_model_close(model);
+ *
+ * Errors. Every function that can fail returns an mk_status; MK_OK is 0. The message of a failure is in
+ * errbuf (mk_model_open), mk_session_last_error(session) (session functions) or mk_model_last_error()
+ * (model functions). No function aborts or lets a C++ exception escape.
+ *
+ * Ownership. mk_model_open and mk_session_create hand out handles that the caller releases with
+ * mk_model_close / mk_session_destroy. A session keeps the model's weights alive: the model handle may be
+ * closed before its sessions. Strings passed in are copied; strings returned (errors, names) belong to the
+ * library and stay valid until the next call on the same handle (mk_model_last_error: from the same thread).
+ * The text given to a token callback is valid only during the callback.
+ *
+ * Threads. A model may be used from several threads: mk_tokenize, mk_detokenize, mk_session_create and the
+ * accessors are thread-safe. A session is used by one thread at a time: mk_generate* or mk_session_reset
+ * called while another of them runs on the session (from another thread, or from inside its token
+ * callback) returns MK_ERROR_BUSY instead of racing; mk_session_stats and mk_session_last_error may be
+ * called from the callback but not from another thread during a call. mk_session_cancel is the exception:
+ * any thread may call it at any time while the session exists. Callbacks run on the thread that called
+ * mk_generate* / mk_model_open.
+ *
+ * Multi-turn. A session keeps the conversation in its KV cache: each mk_generate ingests only the new turn,
+ * not the history. mk_session_reset starts a new conversation.
+ */
+#ifndef MONOKERNEL_H
+#define MONOKERNEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MK_API __attribute__((visibility("default")))
+#else
+#define MK_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MK_API_VERSION 1
+
+typedef enum mk_status {
+  MK_OK = 0,
+  MK_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle or pointer, a parameter out of range, a bad message list */
+  MK_ERROR_NOT_FOUND = 2,        /* the model directory does not exist or is not a directory */
+  MK_ERROR_BAD_MODEL = 3,        /* model, tokenizer or chat template files unusable (the message names the file) */
+  MK_ERROR_CONTEXT_FULL = 4,     /* the turn does not fit the context left; the session is unchanged */
+  MK_ERROR_BACKEND = 5,          /* the GPU backend failed: no GPU when one was required, out of device memory, ... */
+  MK_ERROR_BUSY = 6,             /* the session is in use by another thread */
+  MK_ERROR_BUFFER_TOO_SMALL = 7, /* mk_tokenize / mk_detokenize: the needed size is in *count / *length */
+  MK_ERROR_OUT_OF_MEMORY = 8,
+  MK_ERROR_INTERNAL = 9
+} mk_status;
+
+/* "MK_OK", "MK_ERROR_NOT_FOUND", ... (static strings). */
+MK_API const char* mk_status_name(mk_status status);
+/* The library version, "0.1.0" (a static string). */
+MK_API const char* mk_version(void);
+
+typedef enum mk_backend_kind {
+  MK_BACKEND_AUTO = 0,     /* the GPU when there is one, else the CPU emulator (with a notice) */
+  MK_BACKEND_GPU = 1,      /* the GPU or MK_ERROR_BACKEND */
+  MK_BACKEND_EMULATOR = 2  /* the CPU emulator */
+} mk_backend_kind;
+
+typedef enum mk_stop_reason {
+  MK_STOP_NONE = 0,
+  MK_STOP_EOS = 1,          /* the model ended its turn */
+  MK_STOP_MAX_TOKENS = 2,   /* params.max_tokens reached */
+  MK_STOP_CANCELLED = 3,    /* mk_session_cancel, or the callback returned non-zero */
+  MK_STOP_CONTEXT_FULL = 4  /* the KV cache is full: reset the session to go on */
+} mk_stop_reason;
+
+typedef struct mk_model mk_model;
+typedef struct mk_session mk_session;
+
+typedef struct mk_model_options {
+  mk_backend_kind backend;
+  int context;          /* KV cache capacity per session in tokens; 0: min(4096, the model's maximum) */
+  int gpu_device;
+  int emulator_workgroups; /* virtual workgroups of the CPU emulator (same tokens for any value) */
+  /* Weight upload progress on the GPU: bytes done, bytes total, seconds so far. Called from mk_model_open
+   * (and from mk_session_create when a further concurrent session needs its own copy). May be NULL. */
+  void (*on_progress)(uint64_t done, uint64_t total, double seconds, void* user);
+  /* Notices for the user, e.g. the fallback to the CPU emulator and why. May be NULL. */
+  void (*on_notice)(const char* message, void* user);
+  void* user;
+} mk_model_options;
+
+/* Fills the defaults: MK_BACKEND_AUTO, context 0, device 0, 16 emulator workgroups, no callbacks. */
+MK_API void mk_model_options_init(mk_model_options* options);
+
+/* Loads the model directory (config.json, *.safetensors, tokenizer.json, tokenizer_config.json) and
+ * prepares the backend (uploads the weights to the GPU). options may be NULL (defaults). On failure *model
+ * is NULL and, if errbuf is not NULL, the message is written there (NUL-terminated, truncated to
+ * errbuf_size). A directory without a chat template opens; mk_generate then fails with MK_ERROR_BAD_MODEL. */
+MK_API mk_status mk_model_open(const char* path, const mk_model_options* options, mk_model** model, char* errbuf,
+                               size_t errbuf_size);
+/* Releases the handle (NULL is fine). Open sessions stay usable. */
+MK_API void mk_model_close(mk_model* model);
+/* "cpu-emulator (...)" or "gpu monokernel on ...". */
+MK_API const char* mk_model_backend_name(const mk_model* model);
+/* Message of the last failed model-level call (mk_tokenize, mk_detokenize, mk_session_create) made by the
+ * calling thread; "" if none. */
+MK_API const char* mk_model_last_error(const mk_model* model);
+
+/* Token ids of `text` (length bytes; any bytes). parse_special: "<|im_end|>" in the text is the special
+ * token (what chat prompts need) rather than plain text. Writes up to `capacity` ids to `tokens` and their
+ * number to *count; if capacity is too small, returns MK_ERROR_BUFFER_TOO_SMALL with the needed count
+ * (tokens may be NULL with capacity 0 to ask for it). */
+MK_API mk_status mk_tokenize(mk_model* model, const char* text, size_t length, int parse_special, int32_t* tokens,
+                             size_t capacity, size_t* count);
+/* UTF-8 text of `tokens` (invalid sequences become U+FFFD), NUL-terminated. *length gets the text's length
+ * without the NUL; with too small a capacity (it needs *length + 1), MK_ERROR_BUFFER_TOO_SMALL. */
+MK_API mk_status mk_detokenize(mk_model* model, const int32_t* tokens, size_t count, char* text, size_t capacity,
+                               size_t* length);
+
+typedef struct mk_session_options {
+  const char* system_prompt; /* NULL or "": none (the chat template's default, if it has one) */
+  int enable_thinking;       /* Qwen3 templates: -1 template default, 0 off, 1 on */
+} mk_session_options;
+
+MK_API void mk_session_options_init(mk_session_options* options);
+
+/* A new conversation with its own KV cache (on the GPU the first session reuses what mk_model_open
+ * prepared; each further concurrent session holds another copy of the weights). options may be NULL. */
+MK_API mk_status mk_session_create(mk_model* model, const mk_session_options* options, mk_session** session);
+/* Releases the session (NULL is fine). Not while another thread is inside a call on it. */
+MK_API void mk_session_destroy(mk_session* session);
+
+typedef struct mk_message {
+  const char* role;    /* "system", "user", "assistant" */
+  const char* content;
+} mk_message;
+
+typedef struct mk_generate_params {
+  int max_tokens;      /* -1: until the model ends its turn or the context is full */
+  float temperature;   /* 0: greedy */
+  int top_k;           /* 0: off */
+  float top_p;         /* 1: off */
+  float min_p;         /* 0: off */
+  uint64_t seed;
+} mk_generate_params;
+
+/* Fills the defaults: max_tokens -1, greedy (temperature 0), top_k 0, top_p 1, min_p 0, seed 0. */
+MK_API void mk_generate_params_init(mk_generate_params* params);
+
+/* Receives the reply as it is generated: `length` bytes of UTF-8 (whole characters; also NUL-terminated).
+ * The end-of-turn token is not passed. Return 0 to go on, non-zero to stop (like mk_session_cancel). */
+typedef int (*mk_token_callback)(const char* text, size_t length, void* user);
+
+/* One user turn: adds `prompt` as a user message and generates the assistant's reply, calling `callback`
+ * (may be NULL) with its text. params may be NULL (defaults). Returns MK_OK when the reply ended for any
+ * of the mk_stop_reason reasons (see mk_session_stats); a reply stopped early stays in the conversation. */
+MK_API mk_status mk_generate(mk_session* session, const char* prompt, const mk_generate_params* params,
+                             mk_token_callback callback, void* user);
+/* The same with any new messages (e.g. a "system" then a "user" message on the first turn). */
+MK_API mk_status mk_generate_messages(mk_session* session, const mk_message* messages, size_t count,
+                                      const mk_generate_params* params, mk_token_callback callback, void* user);
+
+/* Stops the generation in progress at the next token; no effect when none is running. Any thread. */
+MK_API mk_status mk_session_cancel(mk_session* session);
+/* Forgets the conversation (the system prompt stays) and empties the KV cache. */
+MK_API mk_status mk_session_reset(mk_session* session);
+
+typedef struct mk_stats {
+  int context_tokens;              /* tokens in the KV cache */
+  int context_size;                /* its capacity */
+  int turns;                       /* replies since the start or the last reset */
+  int last_ingested_tokens;        /* tokens the last mk_generate ran through the model before replying:
+                                      the new turn only (plus the previous reply's last token) */
+  int last_generated_tokens;       /* the end-of-turn token included */
+  double last_first_token_seconds; /* time to the first token */
+  double last_tokens_per_second;   /* decode speed after the first token */
+  double last_total_seconds;
+  mk_stop_reason last_stop;
+} mk_stats;
+
+MK_API mk_status mk_session_stats(const mk_session* session, mk_stats* stats);
+/* Message of the last failed call on this session; "" if none. */
+MK_API const char* mk_session_last_error(const mk_session* session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MONOKERNEL_H */

@@ -1,0 +1,355 @@
+#include "host/engine/engine.h"
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <mutex>
+
+#include "device/gpu_backend.h"
+#include "host/emulator/emulator.h"
+#include "runtime/model.h"
+
+namespace mk {
+
+struct Engine::Shared {
+  Shared(Tokenizer t, std::optional<ChatTemplate> tmpl, std::string tmpl_error)
+      : tokenizer(std::move(t)), chat_template(std::move(tmpl)), template_error(std::move(tmpl_error)) {}
+
+  std::unique_ptr<Model> model;  // first member: destroyed after every backend that reads it
+  Tokenizer tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::string template_error;
+  std::vector<int32_t> stop_ids;  // the model's EOS ids, the tokenizer's and the template's end-of-turn token
+  BackendFactory factory;
+  std::string backend_name;
+  bool on_gpu = false;
+
+  std::mutex mutex;  // guards idle
+  // Backends of closed sessions (and the one made at open): reused, since on the GPU each holds a copy
+  // of the weights.
+  std::vector<std::unique_ptr<DecodeBackend>> idle;
+
+  const ChatTemplate& require_template() const {
+    if (!chat_template) throw EngineError(EngineErrorKind::BadModel, template_error);
+    return *chat_template;
+  }
+
+  std::unique_ptr<DecodeBackend> take_backend() {
+    {
+      std::lock_guard lock(mutex);
+      if (!idle.empty()) {
+        auto b = std::move(idle.back());
+        idle.pop_back();
+        return b;
+      }
+    }
+    try {
+      return factory();
+    } catch (const EngineError&) {
+      throw;
+    } catch (const Error& e) {
+      throw EngineError(EngineErrorKind::Backend, e.what());
+    }
+  }
+
+  void give_back(std::unique_ptr<DecodeBackend> backend) {
+    backend->reset();
+    std::lock_guard lock(mutex);
+    idle.push_back(std::move(backend));
+  }
+
+  // Stop on every id that ends a turn, not only the model's EOS list: a model directory whose
+  // generation_config.json forgets the chat end-of-turn token would otherwise talk past its turn.
+  void collect_stop_ids(const std::vector<int32_t>& model_eos) {
+    stop_ids = model_eos;
+    for (const int32_t id : tokenizer.eos_ids()) stop_ids.push_back(id);
+    if (chat_template) {
+      const auto eot = tokenizer.encode(chat_template->end_of_turn(), /*parse_special=*/true);
+      if (!eot.empty() && tokenizer.is_added(eot.front())) stop_ids.push_back(eot.front());
+    }
+    std::sort(stop_ids.begin(), stop_ids.end());
+    stop_ids.erase(std::unique(stop_ids.begin(), stop_ids.end()), stop_ids.end());
+  }
+};
+
+namespace {
+
+template <typename F>
+auto as_bad_model(F&& load) {
+  try {
+    return load();
+  } catch (const EngineError&) {
+    throw;
+  } catch (const Error& e) {
+    throw EngineError(EngineErrorKind::BadModel, e.what());
+  }
+}
+
+// Marks the session busy for the duration of a call; a second thread gets a clear error, not a race.
+class BusyGuard {
+ public:
+  explicit BusyGuard(std::atomic<bool>& busy) : busy_(busy) {
+    if (busy_.exchange(true))
+      throw EngineError(EngineErrorKind::Busy, "the session is already in use by another call (one thread at a time)");
+  }
+  ~BusyGuard() { busy_ = false; }
+  BusyGuard(const BusyGuard&) = delete;
+  BusyGuard& operator=(const BusyGuard&) = delete;
+
+ private:
+  std::atomic<bool>& busy_;
+};
+
+void check_params(const TurnParams& p) {
+  const auto bad = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
+  if (p.max_tokens == 0 || p.max_tokens < -1)
+    bad(fmt::format("max_tokens must be positive, or -1 for no limit (got {})", p.max_tokens));
+  const SamplingParams& s = p.sampling;
+  if (s.top_k < 0) bad(fmt::format("top_k must be >= 0 (got {})", s.top_k));
+  if (!(s.top_p > 0.f && s.top_p <= 1.f)) bad(fmt::format("top_p must be in (0, 1] (got {})", s.top_p));
+  if (!(s.min_p >= 0.f && s.min_p <= 1.f)) bad(fmt::format("min_p must be in [0, 1] (got {})", s.min_p));
+  if (!(s.temperature >= 0.f)) bad(fmt::format("temperature must be >= 0 (got {})", s.temperature));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Engine
+
+std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const EngineOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec))
+    throw EngineError(EngineErrorKind::NotFound, fmt::format("model directory {} does not exist", dir.string()));
+  if (!std::filesystem::is_directory(dir, ec))
+    throw EngineError(EngineErrorKind::NotFound,
+                      fmt::format("{} is not a directory (expected a Hugging Face model directory)", dir.string()));
+  if (options.context < 0)
+    throw EngineError(EngineErrorKind::InvalidArgument, fmt::format("context must be positive (got {})", options.context));
+
+  auto model = as_bad_model([&] { return load_model(dir); });
+  auto tokenizer = as_bad_model([&] { return Tokenizer::load(dir); });
+  std::optional<ChatTemplate> tmpl;
+  std::string tmpl_error;
+  try {  // optional: tokenizing works without one; chat() reports this message
+    tmpl = ChatTemplate::load(dir);
+  } catch (const Error& e) {
+    tmpl_error = fmt::format("no usable chat template: {}", e.what());
+  }
+
+  auto shared = std::make_shared<Shared>(std::move(tokenizer), std::move(tmpl), std::move(tmpl_error));
+  shared->collect_stop_ids(model->config.eos_token_ids);
+  const Model& m = *model;
+  shared->model = std::move(model);
+
+  const int max_position = m.config.max_position > 0 ? m.config.max_position : 4096;
+  const int context = options.context > 0 ? options.context : std::min(4096, max_position);
+
+  std::string why_no_gpu;
+  const bool gpu = options.backend != BackendChoice::Emulator && gpu_available(&why_no_gpu);
+  if (options.backend == BackendChoice::Gpu && !gpu)
+    throw EngineError(EngineErrorKind::Backend, fmt::format("no GPU: {}", why_no_gpu));
+  if (gpu) {
+    GpuOptions g;
+    g.device = options.gpu_device;
+    g.context = context;
+    g.on_upload_progress = options.on_upload_progress;
+    shared->factory = [&m, g] { return std::unique_ptr<DecodeBackend>(create_gpu_backend(m, g)); };
+  } else {
+    if (options.backend == BackendChoice::Auto && options.on_notice)
+      options.on_notice(fmt::format("no GPU ({}); running on the CPU emulator, which is slow", why_no_gpu));
+    EmulatorOptions e;
+    e.num_workgroups = std::max(1, options.emulator_workgroups);
+    e.context = context;
+    e.check_dependencies = false;  // the checker is for tests of the schedule; it multiplies the time
+    e.interleaving = Interleaving::RoundRobin;
+    shared->factory = [&m, e] { return std::unique_ptr<DecodeBackend>(std::make_unique<Emulator>(m, e)); };
+  }
+  shared->on_gpu = gpu;
+  // Make the first backend now: the weight upload (and its progress bar) belongs to opening the model.
+  auto first = shared->take_backend();
+  shared->backend_name = first->name();
+  shared->idle.push_back(std::move(first));
+  return std::unique_ptr<Engine>(new Engine(std::move(shared)));
+}
+
+Engine::Engine(Tokenizer tokenizer, std::optional<ChatTemplate> chat_template, std::string template_error,
+               std::vector<int32_t> model_eos_ids, BackendFactory factory)
+    : shared_(std::make_shared<Shared>(std::move(tokenizer), std::move(chat_template), std::move(template_error))) {
+  shared_->collect_stop_ids(model_eos_ids);
+  shared_->factory = std::move(factory);
+  auto first = shared_->take_backend();
+  shared_->backend_name = first->name();
+  shared_->idle.push_back(std::move(first));
+}
+
+Engine::Engine(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+Engine::~Engine() = default;
+
+const Tokenizer& Engine::tokenizer() const { return shared_->tokenizer; }
+const ChatTemplate& Engine::chat_template() const { return shared_->require_template(); }
+bool Engine::has_chat_template() const { return shared_->chat_template.has_value(); }
+std::string Engine::backend_name() const { return shared_->backend_name; }
+bool Engine::on_gpu() const { return shared_->on_gpu; }
+
+std::unique_ptr<Session> Engine::create_session(const SessionOptions& options) {
+  return std::unique_ptr<Session>(new Session(shared_, shared_->take_backend(), options));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Session
+
+Session::Session(std::shared_ptr<Engine::Shared> shared, std::unique_ptr<DecodeBackend> backend, SessionOptions options)
+    : shared_(std::move(shared)), backend_(std::move(backend)), options_(std::move(options)) {
+  reset();
+}
+
+Session::~Session() {
+  if (backend_) shared_->give_back(std::move(backend_));
+}
+
+bool Session::is_stop_token(int32_t token) const {
+  return std::binary_search(shared_->stop_ids.begin(), shared_->stop_ids.end(), token);
+}
+
+void Session::cancel() {
+  cancel_requested_.store(true);
+  backend_->cancel();
+}
+
+void Session::reset() {
+  BusyGuard guard(busy_);
+  backend_->reset();
+  history_.clear();
+  if (!options_.system_prompt.empty()) history_.push_back({"system", options_.system_prompt});
+  cached_messages_ = 0;
+  cache_valid_ = true;
+  ended_with_stop_ = false;
+  pending_token_ = -1;
+  stats_ = SessionStats{};
+}
+
+SessionStats Session::stats() const {
+  SessionStats s = stats_;
+  s.context_tokens = backend_->position();
+  s.context_size = backend_->context();
+  return s;
+}
+
+TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnParams& params, const TextCallback& on_text) {
+  BusyGuard guard(busy_);
+  if (messages.empty()) throw EngineError(EngineErrorKind::InvalidArgument, "chat: no message to send");
+  check_params(params);
+  const ChatTemplate& tmpl = shared_->require_template();
+  const Tokenizer& tokenizer = shared_->tokenizer;
+
+  if (!cache_valid_) {  // a turn stopped during its prompt: start the cache over from the history
+    backend_->reset();
+    cached_messages_ = 0;
+    pending_token_ = -1;
+    ended_with_stop_ = false;
+    cache_valid_ = true;
+  }
+
+  // The new turn's text: everything if the cache is empty, else only what follows the cached reply.
+  std::vector<ChatMessage> conversation = history_;
+  conversation.insert(conversation.end(), messages.begin(), messages.end());
+  std::string text;
+  try {
+    text = cached_messages_ == 0 ? tmpl.render(conversation, true, options_.chat)
+                                 : tmpl.render_continuation(conversation, cached_messages_, true, options_.chat);
+  } catch (const Error& e) {
+    throw EngineError(EngineErrorKind::InvalidArgument, e.what());
+  }
+  // The pending token is fed first. When it is the end-of-turn token, it already stands for the
+  // continuation's leading "<|im_end|>" / "<|eot_id|>": drop that text so it is not there twice.
+  if (cached_messages_ > 0 && ended_with_stop_) {
+    const std::string_view eot = tokenizer.token_bytes(pending_token_);
+    if (!eot.empty() && std::string_view(text).starts_with(eot)) text.erase(0, eot.size());
+  }
+  const std::vector<int32_t> input = tokenizer.encode(text, /*parse_special=*/true, /*add_special_tokens=*/false);
+
+  const int pending = cached_messages_ > 0 && pending_token_ >= 0 ? 1 : 0;
+  const int position = backend_->position(), context = backend_->context();
+  const int ingest = int(input.size()) + pending;
+  if (position + ingest > context) {
+    if (position == 0)
+      throw EngineError(EngineErrorKind::ContextFull,
+                        fmt::format("the prompt is {} tokens long but the context holds {} tokens", ingest, context));
+    throw EngineError(EngineErrorKind::ContextFull,
+                      fmt::format("the context is full: {} tokens in use + {} for this turn > {} tokens (reset the "
+                                  "conversation, or use a larger context)",
+                                  position, ingest, context));
+  }
+
+  GenerateRequest request;
+  request.input = input;
+  // No limit: the backend stops at the end of the context and says so (ContextFull).
+  request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
+  request.sampling = params.sampling;
+
+  TurnResult out;
+  StreamingDecoder decoder(tokenizer);
+  bool saw_stop = false;
+  std::exception_ptr callback_error;
+  const auto emit = [&](const std::string& piece) {
+    if (piece.empty() || callback_error) return;
+    out.text += piece;
+    if (!on_text) return;
+    try {
+      on_text(piece);
+    } catch (...) {  // never unwind through a running backend: stop it, rethrow after
+      callback_error = std::current_exception();
+      backend_->cancel();
+    }
+  };
+  const auto on_token = [&](int32_t token) {
+    if (saw_stop) return;  // a GPU may sample a token after a stop that is not in the model's EOS list
+    if (is_stop_token(token)) {
+      saw_stop = true;
+      backend_->cancel();  // no-op when the backend stops on it anyway
+      return;
+    }
+    // A cancel() that raced with the start of generate() was cleared by the backend; repeat it.
+    if (cancel_requested_.load()) backend_->cancel();
+    emit(decoder.push(token));
+  };
+
+  cancel_requested_ = false;
+  GenerateResult result;
+  try {
+    result = backend_->generate(request, on_token);
+  } catch (const Error& e) {
+    cache_valid_ = false;
+    throw EngineError(EngineErrorKind::Backend, e.what());
+  } catch (...) {
+    cache_valid_ = false;
+    throw;
+  }
+  emit(decoder.flush());
+
+  out.stats = result.stats;
+  out.stop = saw_stop ? StopReason::Eos : result.stop;
+  stats_.last_ingested_tokens = result.stats.ingested_tokens;
+  stats_.last_generated_tokens = result.stats.generated_tokens;
+  stats_.last_first_token_seconds = result.stats.first_token_seconds;
+  stats_.last_tokens_per_second = result.stats.decode_tokens_per_second();
+  stats_.last_total_seconds = result.stats.total_seconds;
+  stats_.last_stop = out.stop;
+
+  if (result.tokens.empty()) {
+    // Stopped while reading the prompt: the cache holds part of it. The messages are dropped (as if
+    // never sent) and the cache is rebuilt from the history next turn.
+    cache_valid_ = false;
+  } else {
+    history_ = std::move(conversation);
+    history_.push_back({"assistant", out.text});
+    cached_messages_ = history_.size();
+    pending_token_ = result.tokens.back();
+    ended_with_stop_ = is_stop_token(pending_token_);
+    ++stats_.turns;
+  }
+  if (callback_error) std::rethrow_exception(callback_error);
+  return out;
+}
+
+}  // namespace mk

@@ -1,0 +1,176 @@
+// The engine: a model directory turned into chat sessions. It ties a DecodeBackend (GPU monokernel, or the
+// CPU emulator when there is no GPU), the model's Tokenizer and its ChatTemplate together. mk-chat and the
+// C API (host/api/monokernel.h) are thin layers over it.
+//
+// KV-cache reuse. A session's backend keeps the whole conversation in its KV cache; a turn ingests only
+// what is new. After a reply the cache holds the prompt rendered for messages[0, n) plus the reply's
+// tokens except the last one, which the backend keeps "pending" and feeds first on the next generate()
+// (runtime/decode_backend.h). The next turn's text is ChatTemplate::render_continuation(), which starts
+// with the end-of-turn text ("<|im_end|>\n", "<|eot_id|>"):
+//   - the reply ended with an end-of-turn token (EOS): the pending token *is* that text's first token, so
+//     its text is cut from the front of the continuation;
+//   - the reply was cut short (max tokens, Ctrl-C): the pending token is an ordinary reply token; the
+//     whole continuation follows it.
+// Either way the cache then reads exactly render(history with the replies as generated) - checked token
+// by token in tests/test_engine.cpp. A turn stopped before its first token leaves a partial prompt in the
+// cache; the session then rebuilds the cache from the history on the next turn (re-ingesting it once).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/chat_template.h"
+#include "runtime/decode_backend.h"
+#include "runtime/error.h"
+#include "runtime/tokenizer.h"
+
+namespace mk {
+
+struct Model;
+
+// What went wrong, for callers that map errors to codes (the C API).
+enum class EngineErrorKind {
+  InvalidArgument,  // a bad parameter or message list
+  NotFound,         // the model directory does not exist
+  BadModel,         // model, tokenizer or chat template files present but unusable
+  ContextFull,      // the new turn does not fit the context that is left
+  Backend,          // the GPU backend could not be created or failed
+  Busy,             // a session used by two threads at once
+};
+
+class EngineError : public Error {
+ public:
+  EngineError(EngineErrorKind kind, const std::string& message) : Error(message), kind_(kind) {}
+  EngineErrorKind kind() const { return kind_; }
+
+ private:
+  EngineErrorKind kind_;
+};
+
+enum class BackendChoice { Auto, Gpu, Emulator };
+
+struct EngineOptions {
+  BackendChoice backend = BackendChoice::Auto;  // Auto: the GPU when there is one, else the emulator
+  int context = 0;                              // KV cache tokens per session; 0: min(4096, the model's max)
+  int gpu_device = 0;
+  // The emulator's virtual workgroups: the arithmetic does not depend on it; fewer is faster on a CPU.
+  int emulator_workgroups = 16;
+  // GPU weight upload: (bytes done, bytes total, seconds so far).
+  std::function<void(uint64_t, uint64_t, double)> on_upload_progress;
+  // Notices for the user: the fallback to the emulator, and why.
+  std::function<void(const std::string&)> on_notice;
+};
+
+// Makes one backend (one KV cache). The engine calls it for each session beyond the ones it can reuse.
+using BackendFactory = std::function<std::unique_ptr<DecodeBackend>()>;
+
+struct SessionOptions {
+  std::string system_prompt;  // empty: none (the template's default, if it has one)
+  ChatOptions chat;           // Llama 3.1 date, Qwen3 thinking switch
+};
+
+struct TurnParams {
+  int max_tokens = -1;  // -1: until the end of turn or a full context
+  SamplingParams sampling;
+};
+
+struct TurnResult {
+  std::string text;  // the reply (without the end-of-turn token)
+  StopReason stop = StopReason::None;  // Eos when the model ended its turn
+  GenerateStats stats;                 // stats.ingested_tokens: the pending token + the new turn's tokens
+};
+
+struct SessionStats {
+  int context_tokens = 0;  // tokens in the KV cache
+  int context_size = 0;
+  int turns = 0;           // replies since the start or the last reset
+  int last_ingested_tokens = 0;
+  int last_generated_tokens = 0;  // an end-of-turn token included
+  double last_first_token_seconds = 0;
+  double last_tokens_per_second = 0;
+  double last_total_seconds = 0;
+  StopReason last_stop = StopReason::None;
+};
+
+using TextCallback = std::function<void(std::string_view text)>;
+
+class Session;
+
+class Engine {
+ public:
+  // Loads the model, tokenizer and chat template from `dir` and prepares one backend (on the GPU this
+  // uploads the weights, reporting progress). Throws EngineError.
+  static std::unique_ptr<Engine> open(const std::filesystem::path& dir, const EngineOptions& options = {});
+
+  // Tests: an engine over any backend. `template_error` explains a missing chat template. The factory
+  // must produce backends whose vocabulary and EOS ids fit the tokenizer.
+  Engine(Tokenizer tokenizer, std::optional<ChatTemplate> chat_template, std::string template_error,
+         std::vector<int32_t> model_eos_ids, BackendFactory factory);
+  ~Engine();
+
+  const Tokenizer& tokenizer() const;
+  // Throws EngineError(BadModel) naming why when the model directory has no usable chat template.
+  const ChatTemplate& chat_template() const;
+  bool has_chat_template() const;
+  std::string backend_name() const;
+  bool on_gpu() const;
+
+  // Thread-safe. A session may outlive the Engine object (it shares the model with it).
+  std::unique_ptr<Session> create_session(const SessionOptions& options = {});
+
+  struct Shared;
+
+ private:
+  Engine(std::shared_ptr<Shared> shared);
+  std::shared_ptr<Shared> shared_;
+};
+
+// One conversation and its KV cache. One thread at a time; cancel() from anywhere.
+class Session {
+ public:
+  ~Session();
+
+  // Adds `messages` (usually one "user" message; "system" only first) to the conversation and generates
+  // the assistant's reply, streaming its text through on_text (whole UTF-8 characters). Throws
+  // EngineError: ContextFull when the turn does not fit (the session is left as it was), InvalidArgument,
+  // Busy. A reply stopped by cancel() is kept in the history (StopReason::Cancelled).
+  TurnResult chat(const std::vector<ChatMessage>& messages, const TurnParams& params, const TextCallback& on_text);
+  TurnResult chat(const std::string& user_text, const TurnParams& params, const TextCallback& on_text) {
+    return chat(std::vector<ChatMessage>{{"user", user_text}}, params, on_text);
+  }
+
+  // Stops the reply in progress at the next token; no effect when none is. Thread-safe and
+  // async-signal-safe (only atomic stores), so a SIGINT handler may call it.
+  void cancel();
+  // Forgets the conversation (keeps the system prompt) and empties the cache.
+  void reset();
+
+  SessionStats stats() const;
+  const std::vector<ChatMessage>& history() const { return history_; }
+
+ private:
+  friend class Engine;
+  Session(std::shared_ptr<Engine::Shared> shared, std::unique_ptr<DecodeBackend> backend, SessionOptions options);
+  bool is_stop_token(int32_t token) const;
+
+  std::shared_ptr<Engine::Shared> shared_;  // declared first: outlives backend_
+  std::unique_ptr<DecodeBackend> backend_;
+  SessionOptions options_;
+  std::vector<ChatMessage> history_;
+  size_t cached_messages_ = 0;   // history_[0, cached_messages_) is in the KV cache (+ the pending token)
+  bool cache_valid_ = true;      // false: the cache holds a partial turn; rebuild it from history_
+  bool ended_with_stop_ = false; // the pending token is an end-of-turn/EOS token
+  int32_t pending_token_ = -1;   // the last reply's last token (not yet in the cache)
+  SessionStats stats_;
+  std::atomic<bool> cancel_requested_{false};
+  std::atomic<bool> busy_{false};
+};
+
+}  // namespace mk

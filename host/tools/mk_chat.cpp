@@ -1,0 +1,280 @@
+// mk-chat: chat with a model directory in the terminal, or answer one prompt (-p) for scripts.
+// The conversation stays in the KV cache: each turn ingests only what is new (host/engine/engine.h).
+// stdout carries the replies (and /stats); everything else (progress, notices, per-reply speed) goes to
+// stderr, so `mk-chat -p ... > out.txt` captures exactly the reply.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "host/engine/engine.h"
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------
+// Ctrl-C: during a reply it cancels the reply (the session survives); at the prompt, twice in a row quits.
+
+std::atomic<mk::Session*> g_session{nullptr};  // set while a reply is being generated
+// Ctrl-Cs so far. A counter, not a flag that the main loop clears: clearing could erase a Ctrl-C that
+// arrived just before; the loop instead remembers how many it has already acted on.
+volatile std::sig_atomic_t g_interrupts = 0;
+
+void on_sigint(int) {
+  g_interrupts = g_interrupts + 1;
+  if (mk::Session* s = g_session.load()) s->cancel();  // atomic stores only: async-signal-safe
+}
+
+void install_sigint_handler() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a Ctrl-C at the prompt must interrupt the blocking read()
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// Reads lines from stdin with read(2), so that a Ctrl-C reaches the loop instead of being swallowed by a
+// restarted read or leaving an iostream in a failed state. SIGINT is blocked except inside ppoll(), which
+// unblocks it atomically while waiting: a Ctrl-C that lands just before the wait is seen by the counter
+// check, one during the wait interrupts it - none is lost between the check and the wait.
+class LineReader {
+ public:
+  enum class Status { Line, EndOfInput, Interrupted };
+
+  // `seen`: the Ctrl-Cs already acted on; one more makes this return Interrupted (and updates it).
+  Status next(std::string& line, std::sig_atomic_t& seen) {
+    for (;;) {
+      if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
+        line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return Status::Line;
+      }
+      if (!wait_for_input(seen)) {
+        buffer_.clear();  // the terminal dropped the half-typed line too
+        return Status::Interrupted;
+      }
+      char chunk[4096];
+      const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+      if (n > 0) {
+        buffer_.append(chunk, size_t(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (!buffer_.empty()) {  // last line without a newline
+        line = std::move(buffer_);
+        buffer_.clear();
+        return Status::Line;
+      } else {
+        return Status::EndOfInput;
+      }
+    }
+  }
+
+ private:
+  // True when stdin is readable (or at its end), false when a Ctrl-C came first.
+  static bool wait_for_input(std::sig_atomic_t& seen) {
+    sigset_t sigint, unblocked;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    sigprocmask(SIG_BLOCK, &sigint, &unblocked);
+    int ready = 0;
+    while (g_interrupts == seen && ready <= 0) {
+      struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+      ready = ppoll(&p, 1, nullptr, &unblocked);
+      if (ready < 0 && errno != EINTR) ready = 1;  // let read() report the error
+    }
+    sigprocmask(SIG_SETMASK, &unblocked, nullptr);
+    if (g_interrupts == seen) return true;
+    seen = g_interrupts;
+    return false;
+  }
+
+  std::string buffer_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Output helpers
+
+void print_progress(uint64_t done, uint64_t total, double seconds) {
+  const double gb = double(done) / 1e9, total_gb = double(total) / 1e9;
+  const double rate = seconds > 0 ? gb / seconds : 0.0;
+  if (!isatty(STDERR_FILENO)) {  // a log file gets one line, not hundreds of carriage returns
+    if (done == total) fmt::print(stderr, "uploaded {:.2f} GB of weights in {:.1f} s ({:.1f} GB/s)\n", total_gb, seconds, rate);
+    return;
+  }
+  constexpr int kWidth = 30;
+  const int filled = total ? int(double(kWidth) * double(done) / double(total)) : kWidth;
+  fmt::print(stderr, "\ruploading weights [{:#<{}}{:.<{}}] {:.2f} / {:.2f} GB  {:.1f} GB/s", "", filled, "",
+             kWidth - filled, gb, total_gb, rate);
+  if (done == total) fmt::print(stderr, "\n");
+  std::fflush(stderr);
+}
+
+void print_reply_stats(const mk::TurnResult& r, const mk::Session& session) {
+  const mk::SessionStats s = session.stats();
+  const auto& g = r.stats;
+  const std::string speed = fmt::format("{} tokens, {:.1f} tok/s, first token {:.1f} ms, context {}/{}",
+                                        g.generated_tokens, g.decode_tokens_per_second(), g.first_token_seconds * 1e3,
+                                        s.context_tokens, s.context_size);
+  switch (r.stop) {
+    case mk::StopReason::Cancelled: fmt::print(stderr, "[stopped: {}]\n", speed); break;
+    case mk::StopReason::ContextFull:
+      fmt::print(stderr, "[{}]\n[the context is full ({} tokens): /reset to start a new conversation, or restart with a "
+                         "larger -c]\n", speed, s.context_size);
+      break;
+    default: fmt::print(stderr, "[{}]\n", speed); break;
+  }
+}
+
+void print_session_stats(const mk::Session& session, const mk::Engine& engine) {
+  const mk::SessionStats s = session.stats();
+  fmt::print("context: {} / {} tokens\n", s.context_tokens, s.context_size);
+  fmt::print("turns: {}\n", s.turns);
+  if (s.turns > 0 || s.last_ingested_tokens > 0)
+    fmt::print("last turn: ingested {} tokens, generated {} ({}), first token {:.1f} ms, {:.1f} tok/s\n",
+               s.last_ingested_tokens, s.last_generated_tokens, mk::stop_reason_name(s.last_stop),
+               s.last_first_token_seconds * 1e3, s.last_tokens_per_second);
+  fmt::print("backend: {}\n", engine.backend_name());
+  std::fflush(stdout);
+}
+
+// One reply, streamed to stdout as it is generated. Returns nullopt when the turn could not start.
+std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& text, const mk::TurnParams& params) {
+  bool ends_with_newline = true;
+  g_session = &session;
+  std::optional<mk::TurnResult> result;
+  try {
+    result = session.chat(text, params, [&](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      ends_with_newline = piece.back() == '\n';
+    });
+  } catch (const mk::EngineError& e) {
+    g_session = nullptr;
+    if (e.kind() == mk::EngineErrorKind::ContextFull)
+      fmt::print(stderr, "error: {}\n[/reset to start a new conversation, or restart with a larger -c]\n", e.what());
+    else
+      fmt::print(stderr, "error: {}\n", e.what());
+    return std::nullopt;
+  }
+  g_session = nullptr;
+  if (!ends_with_newline) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  return result;
+}
+
+int interactive(mk::Engine& engine, mk::Session& session, const mk::TurnParams& params) {
+  const bool tty = isatty(STDIN_FILENO);
+  fmt::print(stderr, "commands: /reset (new conversation), /stats, /quit; Ctrl-C stops a reply, twice at the prompt quits\n");
+  LineReader reader;
+  bool interrupted_at_prompt = false;
+  std::sig_atomic_t seen = g_interrupts;
+  for (;;) {
+    if (tty) {
+      fmt::print("> ");
+      std::fflush(stdout);
+    }
+    std::string line;
+    const auto status = reader.next(line, seen);
+    if (status == LineReader::Status::EndOfInput) {
+      if (tty) fmt::print("\n");
+      return 0;
+    }
+    if (status == LineReader::Status::Interrupted) {
+      if (interrupted_at_prompt) {
+        fmt::print("\n");
+        return 0;
+      }
+      interrupted_at_prompt = true;
+      fmt::print(stderr, "\n(Ctrl-C again to quit, or /quit)\n");
+      continue;
+    }
+    interrupted_at_prompt = false;
+    if (line.empty()) continue;
+    if (line == "/quit" || line == "/exit") return 0;
+    if (line == "/reset") {
+      session.reset();
+      fmt::print(stderr, "(new conversation)\n");
+      continue;
+    }
+    if (line == "/stats") {
+      print_session_stats(session, engine);
+      continue;
+    }
+    if (line.front() == '/' && line.find(' ') == std::string::npos) {
+      fmt::print(stderr, "unknown command {} (commands: /reset, /stats, /quit)\n", line);
+      continue;
+    }
+    if (const auto r = reply(session, line, params)) print_reply_stats(*r, session);
+    seen = g_interrupts;  // a Ctrl-C during the reply was for the reply
+  }
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"mk-chat: chat with a model on the monokernel (CPU emulator when there is no GPU)"};
+  std::string model_dir, system_prompt, prompt;
+  int context = 4096;
+  bool force_emulator = false;
+  mk::TurnParams params;
+  // llama.cpp's defaults, so the same flags mean the same thing.
+  params.sampling.temperature = 0.8f;
+  params.sampling.top_k = 40;
+  params.sampling.top_p = 0.95f;
+  params.sampling.min_p = 0.05f;
+  app.add_option("-m,--model", model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
+      ->required();
+  app.add_option("--system", system_prompt, "system prompt");
+  app.add_option("-p,--prompt", prompt, "answer this prompt, print only the reply and exit");
+  app.add_option("-n,--n-predict", params.max_tokens, "tokens per reply at most (-1: until the end of the turn)")
+      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
+  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--temp", params.sampling.temperature, "temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", params.sampling.top_k, "top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", params.sampling.top_p, "top-p (1: off)")->capture_default_str();
+  app.add_option("--min-p", params.sampling.min_p, "min-p (0: off)")->capture_default_str();
+  auto* seed = app.add_option("--seed", params.sampling.seed, "sampling seed (default: random)");
+  app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
+  CLI11_PARSE(app, argc, argv);
+  if (params.max_tokens == 0) mk::fail("-n must be positive, or -1 for no limit");
+  if (seed->count() == 0) params.sampling.seed = std::random_device{}();
+
+  mk::EngineOptions options;
+  options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
+  options.context = context;
+  options.on_upload_progress = print_progress;
+  options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
+  auto engine = mk::Engine::open(model_dir, options);
+  if (engine->on_gpu())
+    fmt::print(stderr, "backend: {}\n", engine->backend_name());
+  else
+    fmt::print(stderr, "backend: {} (computes on the CPU: fine for tiny test models, very slow for real ones)\n",
+               engine->backend_name());
+  if (!engine->has_chat_template()) engine->chat_template();  // throws: says why there is none
+
+  auto session = engine->create_session(mk::SessionOptions{system_prompt, {}});
+  install_sigint_handler();
+  if (app.count("-p") == 0) return interactive(*engine, *session, params);
+
+  const auto r = reply(*session, prompt, params);
+  if (!r) return 1;
+  print_reply_stats(*r, *session);
+  return r->stop == mk::StopReason::Cancelled ? 130 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const mk::Error& e) {
+    fmt::print(stderr, "mk-chat: error: {}\n", e.what());
+    return 1;
+  }
+}

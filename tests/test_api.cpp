@@ -1,0 +1,292 @@
+// The C API (host/api/monokernel.h) and its C++ wrapper (monokernel.hpp), linked against the shared
+// library exactly as a user would, on a tiny chat model (CPU emulator).
+//   Capi.*            status codes and messages, tokenize/detokenize, generation, cancel, reset, stats
+//   CapiCppWrapper.*  the RAII wrapper: exceptions, streaming, callback stop
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <monokernel.h>
+#include <monokernel.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "runtime/synthetic_model.h"
+#include "tests/helpers/tiny_chat_model.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::filesystem::path& model_dir() {
+  static const mk::test::ScopedTinyChatModel model("api-chat");
+  return model.dir;
+}
+
+mk_model_options emulator(int context = 1024) {
+  mk_model_options o;
+  mk_model_options_init(&o);
+  o.backend = MK_BACKEND_EMULATOR;
+  o.context = context;
+  return o;
+}
+
+struct Opened {
+  mk_model* model = nullptr;
+  mk_session* session = nullptr;
+  explicit Opened(int context = 1024) {
+    const mk_model_options o = emulator(context);
+    char err[512];
+    EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_OK) << err;
+    EXPECT_EQ(mk_session_create(model, nullptr, &session), MK_OK) << mk_model_last_error(model);
+  }
+  ~Opened() {
+    mk_session_destroy(session);
+    mk_model_close(model);
+  }
+};
+
+mk_generate_params params(int max_tokens) {
+  mk_generate_params p;
+  mk_generate_params_init(&p);
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+int append_text(const char* text, size_t length, void* user) {
+  EXPECT_EQ(text[length], '\0');
+  static_cast<std::string*>(user)->append(text, length);
+  return 0;
+}
+
+TEST(Capi, OpenErrorsAreCodesWithMessages) {
+  mk_model* model = reinterpret_cast<mk_model*>(0x1);
+  char err[256] = "unchanged";
+  const mk_model_options o = emulator();
+  EXPECT_EQ(mk_model_open("/nonexistent/model", &o, &model, err, sizeof err), MK_ERROR_NOT_FOUND);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_THAT(err, HasSubstr("/nonexistent/model does not exist"));
+
+  const mk::test::ScopedTinyChatModel bad_model("api-bad");
+  const auto& dir = bad_model.dir;
+  std::ofstream(dir / "model.safetensors") << "truncated";
+  EXPECT_EQ(mk_model_open(dir.c_str(), &o, &model, err, sizeof err), MK_ERROR_BAD_MODEL);
+  EXPECT_THAT(err, HasSubstr("model.safetensors"));
+  // A short buffer gets a truncated, terminated message; no buffer at all is fine too.
+  char tiny[8];
+  EXPECT_EQ(mk_model_open(dir.c_str(), &o, &model, tiny, sizeof tiny), MK_ERROR_BAD_MODEL);
+  EXPECT_EQ(std::strlen(tiny), 7u);
+  EXPECT_EQ(mk_model_open(dir.c_str(), &o, &model, nullptr, 0), MK_ERROR_BAD_MODEL);
+
+  EXPECT_EQ(mk_model_open(nullptr, &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, nullptr, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  mk_model_options bad = o;
+  bad.backend = static_cast<mk_backend_kind>(42);
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &bad, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mk_status_name(MK_ERROR_CONTEXT_FULL), "MK_ERROR_CONTEXT_FULL");
+}
+
+TEST(Capi, TokenizeAndDetokenizeWithSizeQueries) {
+  Opened o;
+  const std::string text = "hello world<|im_end|>";
+  size_t count = 0;
+  EXPECT_EQ(mk_tokenize(o.model, text.data(), text.size(), 1, nullptr, 0, &count), MK_ERROR_BUFFER_TOO_SMALL);
+  std::vector<int32_t> ids(count);
+  ASSERT_EQ(mk_tokenize(o.model, text.data(), text.size(), 1, ids.data(), ids.size(), &count), MK_OK);
+  int32_t im_end = -1;
+  size_t one = 0;
+  ASSERT_EQ(mk_tokenize(o.model, "<|im_end|>", 10, 1, &im_end, 1, &one), MK_OK);
+  EXPECT_EQ(one, 1u);
+  EXPECT_EQ(ids.back(), im_end);
+  size_t plain = 0;
+  std::vector<int32_t> more(64);
+  ASSERT_EQ(mk_tokenize(o.model, text.data(), text.size(), 0, more.data(), more.size(), &plain), MK_OK);
+  EXPECT_GT(plain, count) << "with parse_special = 0 the special token is plain text";
+
+  size_t length = 0;
+  EXPECT_EQ(mk_detokenize(o.model, ids.data(), ids.size(), nullptr, 0, &length), MK_ERROR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(length, text.size());
+  std::string back(length + 1, 'x');
+  ASSERT_EQ(mk_detokenize(o.model, ids.data(), ids.size(), back.data(), back.size(), &length), MK_OK);
+  EXPECT_EQ(back.c_str(), text);
+  EXPECT_EQ(mk_tokenize(nullptr, "x", 1, 1, nullptr, 0, &count), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(mk_model_last_error(o.model), HasSubstr("mk_tokenize"));
+}
+
+TEST(Capi, GenerateStreamsAndReusesTheCacheAcrossTurns) {
+  Opened o;
+  std::string reply;
+  mk_generate_params p = params(8);
+  ASSERT_EQ(mk_generate(o.session, "Hello there", &p, append_text, &reply), MK_OK) << mk_session_last_error(o.session);
+  EXPECT_FALSE(reply.empty());
+  mk_stats first;
+  ASSERT_EQ(mk_session_stats(o.session, &first), MK_OK);
+  EXPECT_EQ(first.turns, 1);
+  EXPECT_EQ(first.last_generated_tokens, 8);
+  EXPECT_EQ(first.last_stop, MK_STOP_MAX_TOKENS);
+  EXPECT_EQ(first.context_size, 1024);
+  EXPECT_EQ(first.context_tokens, first.last_ingested_tokens + 7);
+
+  const mk_message messages[] = {{"user", "Again"}};
+  ASSERT_EQ(mk_generate_messages(o.session, messages, 1, &p, nullptr, nullptr), MK_OK);
+  mk_stats second;
+  mk_session_stats(o.session, &second);
+  EXPECT_LT(second.last_ingested_tokens, first.last_ingested_tokens) << "turn 2 re-ingested the history";
+  EXPECT_EQ(second.context_tokens, first.context_tokens + second.last_ingested_tokens + 7);
+
+  ASSERT_EQ(mk_session_reset(o.session), MK_OK);
+  mk_session_stats(o.session, &second);
+  EXPECT_EQ(second.context_tokens, 0);
+  EXPECT_EQ(second.turns, 0);
+}
+
+TEST(Capi, ResetGivesTheSameGreedyReplyAgain) {
+  Opened o;
+  mk_generate_params p = params(12);
+  std::string a, b;
+  ASSERT_EQ(mk_generate(o.session, "Hello", &p, append_text, &a), MK_OK);
+  ASSERT_EQ(mk_session_reset(o.session), MK_OK);
+  ASSERT_EQ(mk_generate(o.session, "Hello", &p, append_text, &b), MK_OK);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Capi, APromptLongerThanTheContextIsContextFull) {
+  Opened o(/*context=*/64);
+  mk_generate_params p = params(4);
+  const std::string prompt(500, 'z');
+  EXPECT_EQ(mk_generate(o.session, prompt.c_str(), &p, nullptr, nullptr), MK_ERROR_CONTEXT_FULL);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("context holds 64 tokens"));
+  mk_stats s;
+  mk_session_stats(o.session, &s);
+  EXPECT_EQ(s.context_tokens, 0);
+  EXPECT_EQ(mk_generate(o.session, "hi", &p, nullptr, nullptr), MK_OK) << "the session is still usable";
+}
+
+TEST(Capi, BadArgumentsAreInvalidArgument) {
+  Opened o;
+  mk_generate_params p = params(4);
+  EXPECT_EQ(mk_generate(nullptr, "x", &p, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(mk_generate(o.session, nullptr, &p, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  p.max_tokens = 0;
+  EXPECT_EQ(mk_generate(o.session, "x", &p, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("max_tokens"));
+  p = params(4);
+  p.temperature = 0.8f;
+  p.top_p = 2.f;
+  EXPECT_EQ(mk_generate(o.session, "x", &p, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  const mk_message no_role[] = {{nullptr, "x"}};
+  EXPECT_EQ(mk_generate_messages(o.session, no_role, 1, nullptr, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  const mk_message bad_role[] = {{"narrator", "x"}};
+  EXPECT_EQ(mk_generate_messages(o.session, bad_role, 1, nullptr, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(mk_session_stats(o.session, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(mk_session_cancel(nullptr), MK_ERROR_INVALID_ARGUMENT);
+  mk_session* s = nullptr;
+  EXPECT_EQ(mk_session_create(nullptr, nullptr, &s), MK_ERROR_INVALID_ARGUMENT);
+  mk_session_destroy(nullptr);
+  mk_model_close(nullptr);
+}
+
+struct CancelState {
+  mk_session* session;
+  std::atomic<int> pieces{0};
+};
+
+TEST(Capi, CancelFromAnotherThread) {
+  Opened o(/*context=*/4096);
+  CancelState state{o.session};
+  std::thread canceller([&] {
+    while (state.pieces.load() < 3) std::this_thread::yield();
+    EXPECT_EQ(mk_session_cancel(state.session), MK_OK);
+  });
+  mk_generate_params p = params(-1);
+  const auto count = [](const char*, size_t, void* user) {
+    ++static_cast<CancelState*>(user)->pieces;
+    return 0;
+  };
+  EXPECT_EQ(mk_generate(o.session, "Talk to me", &p, count, &state), MK_OK);
+  canceller.join();
+  mk_stats s;
+  mk_session_stats(o.session, &s);
+  EXPECT_EQ(s.last_stop, MK_STOP_CANCELLED);
+  EXPECT_LT(s.context_tokens, 4000);
+  p = params(3);
+  EXPECT_EQ(mk_generate(o.session, "and now?", &p, nullptr, nullptr), MK_OK);
+  mk_session_stats(o.session, &s);
+  EXPECT_EQ(s.turns, 2);
+}
+
+TEST(Capi, CallbackReturningNonZeroStops) {
+  Opened o;
+  mk_generate_params p = params(-1);
+  int calls = 0;
+  const auto stop_at_once = [](const char*, size_t, void* user) {
+    ++*static_cast<int*>(user);
+    return 1;
+  };
+  ASSERT_EQ(mk_generate(o.session, "Hi", &p, stop_at_once, &calls), MK_OK);
+  EXPECT_EQ(calls, 1);
+  mk_stats s;
+  mk_session_stats(o.session, &s);
+  EXPECT_EQ(s.last_stop, MK_STOP_CANCELLED);
+}
+
+TEST(Capi, ReenteringTheSessionFromItsCallbackIsBusy) {
+  Opened o;
+  struct State {
+    mk_session* session;
+    mk_status generate = MK_OK, reset = MK_OK, stats = MK_ERROR_INTERNAL;
+  } state{o.session};
+  const auto reenter = [](const char*, size_t, void* user) {
+    auto* st = static_cast<State*>(user);
+    mk_stats s;
+    st->stats = mk_session_stats(st->session, &s);  // allowed from the callback
+    st->generate = mk_generate(st->session, "nested", nullptr, nullptr, nullptr);
+    st->reset = mk_session_reset(st->session);
+    return 1;
+  };
+  mk_generate_params p = params(4);
+  EXPECT_EQ(mk_generate(o.session, "Hi", &p, reenter, &state), MK_OK);
+  EXPECT_EQ(state.stats, MK_OK);
+  EXPECT_EQ(state.generate, MK_ERROR_BUSY);
+  EXPECT_EQ(state.reset, MK_ERROR_BUSY);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("already in use"));
+}
+
+TEST(CapiCppWrapper, ModelSessionAndErrors) {
+  try {
+    monokernel::Model missing("/nonexistent/model");
+    FAIL();
+  } catch (const monokernel::Error& e) {
+    EXPECT_EQ(e.status(), MK_ERROR_NOT_FOUND);
+    EXPECT_THAT(e.what(), HasSubstr("does not exist"));
+  }
+  monokernel::ModelOptions options;
+  options.backend = MK_BACKEND_EMULATOR;
+  options.context = 256;
+  monokernel::Model model(model_dir().string(), options);
+  EXPECT_THAT(model.backend_name(), HasSubstr("cpu-emulator"));
+  EXPECT_EQ(model.detokenize(model.tokenize("hello, world")), "hello, world");
+
+  monokernel::Session session(model, "Be brief.");
+  monokernel::GenerateParams p;
+  p.max_tokens = 6;
+  std::string streamed;
+  const std::string reply = session.generate("Hi", p, [&](std::string_view t) {
+    streamed += t;
+    return true;
+  });
+  EXPECT_EQ(reply, streamed);
+  EXPECT_EQ(session.stats().turns, 1);
+  const std::string stopped = session.generate("More", p, [](std::string_view) { return false; });
+  EXPECT_EQ(session.stats().last_stop, MK_STOP_CANCELLED);
+  EXPECT_THROW(session.generate(std::string(2000, 'q'), p), monokernel::Error);
+  EXPECT_THROW(session.generate("x", p, [](std::string_view) -> bool { throw std::logic_error("mine"); }), std::logic_error);
+  session.reset();
+  EXPECT_EQ(session.stats().context_tokens, 0);
+}
+
+}  // namespace
