@@ -27,6 +27,33 @@ __device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
 #endif
 }
 
+// Plain release store and relaxed accesses at device scope (barrier flags, generation words).
+__device__ __forceinline__ void store_release_gpu(unsigned* p, unsigned v) {
+#if defined(MK_PLATFORM_NVIDIA)
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
+__device__ __forceinline__ void store_relaxed_gpu(unsigned* p, unsigned v) {
+#if defined(MK_PLATFORM_NVIDIA)
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
+__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
+#if defined(MK_PLATFORM_NVIDIA)
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#else
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
 // Host-mapped memory: the host reads these while the kernel runs.
 __device__ __forceinline__ void store_release_system(unsigned* p, unsigned v) {
 #if defined(MK_PLATFORM_NVIDIA)

@@ -85,3 +85,22 @@
       mk::fail("{}:{}: {} failed: {} ({})", __FILE__, __LINE__, #call, hipGetErrorName(mk_err_), \
                hipGetErrorString(mk_err_));                                                      \
   } while (0)
+
+namespace mk::dev {
+
+// Makes `device` current for a scope and restores the caller's device afterwards.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    MK_GPU_CHECK(hipGetDevice(&previous_));
+    MK_GPU_CHECK(hipSetDevice(device));
+  }
+  ~CurrentDevice() { (void)hipSetDevice(previous_); }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace mk::dev

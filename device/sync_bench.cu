@@ -199,13 +199,13 @@ class DiagCounterBarrier {
       if (kRelaxedPoll) {
         unsigned polls = 0;
         unsigned long long start = 0;
-        while (!sy::reached(sy::load_relaxed_gpu(counter_), target)) {
+        while (!sy::reached(dev::load_relaxed_gpu(counter_), target)) {
           sy::pause_ns(sp.sleep_ns);
           if (sp.timeout_ns != 0 && (++polls & 255u) == 0) {
             const unsigned long long now = dev::global_timer_ns();
             if (start == 0) start = now;
-            if (sy::load_relaxed_gpu(sp.abort_flag) != 0 || now - start > sp.timeout_ns) {
-              sy::store_relaxed_gpu(sp.abort_flag, 1u);
+            if (dev::load_relaxed_gpu(sp.abort_flag) != 0 || now - start > sp.timeout_ns) {
+              dev::store_relaxed_gpu(sp.abort_flag, 1u);
               ok = false;
               break;
             }
@@ -464,19 +464,7 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    MK_GPU_CHECK(hipGetDevice(&previous_));
-    MK_GPU_CHECK(hipSetDevice(device));
-  }
-  ~CurrentDevice() { (void)hipSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using dev::CurrentDevice;
 
 struct StreamEvents {
   hipStream_t stream{};

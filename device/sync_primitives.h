@@ -89,32 +89,6 @@ __device__ __forceinline__ void acquire_after_arrival() {
 #endif
 }
 
-__device__ __forceinline__ void store_release_gpu(unsigned* p, unsigned v) {
-#if defined(MK_PLATFORM_NVIDIA)
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-#else
-  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
-#endif
-}
-
-__device__ __forceinline__ void store_relaxed_gpu(unsigned* p, unsigned v) {
-#if defined(MK_PLATFORM_NVIDIA)
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-#else
-  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#endif
-}
-
-__device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
-#if defined(MK_PLATFORM_NVIDIA)
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#else
-  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
-#endif
-}
-
 // One poll of a spin loop and what follows the last one. NVIDIA: every poll is ld.acquire.gpu (an L2
 // read plus an L1 invalidate; no fence). AMD: relaxed polls (global_load sc1) and one acquire fence once
 // the value is seen, instead of a buffer_inv sc1 per poll.

@@ -25,20 +25,7 @@ namespace {
 
 // --- small RAII helpers over the HIP-spelled runtime (mapped to CUDA on NVIDIA by device/gpu.h)
 
-// Makes `device` current for the probe and restores the caller's device afterwards.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    MK_GPU_CHECK(hipGetDevice(&previous_));
-    MK_GPU_CHECK(hipSetDevice(device));
-  }
-  ~CurrentDevice() { (void)hipSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
+using dev::CurrentDevice;
 
 template <typename T>
 class DeviceArray {

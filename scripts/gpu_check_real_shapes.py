@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import torch
+from hf_random_weights import randomize
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
@@ -38,21 +39,6 @@ POSITIONS = [0, 1, 100, 1000, 2047]
 GREEDY = 32
 
 
-def randomize(model, seed):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g).to(p.device)
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif "embed_tokens" in name:
-                p.copy_(noise)
-            elif name.endswith(".bias"):
-                p.copy_(0.3 * noise)
-            else:
-                p.copy_(noise * (1.5 / p.shape[-1] ** 0.5))
-
-
 def main(bindir, outdir):
     os.makedirs(outdir, exist_ok=True)
     summary, ok = {}, True
@@ -60,7 +46,7 @@ def main(bindir, outdir):
         torch.manual_seed(seed)
         cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
         model = model_cls(cfg).to(torch.bfloat16)
-        randomize(model, seed)
+        randomize(model, seed, gain=1.5)
         d = os.path.join("/tmp", "mk_real_" + name)
         model.save_pretrained(d, safe_serialization=True)
         del model

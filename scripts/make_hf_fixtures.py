@@ -16,6 +16,7 @@ import tarfile
 
 import torch
 import transformers
+from hf_random_weights import randomize
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
@@ -44,21 +45,6 @@ MODELS = {
 
 PROMPT = [1, 17, 33, 200, 5, 99, 142, 7, 64, 250, 3, 128]
 GREEDY_STEPS = 16
-
-
-def randomize(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif "embed_tokens" in name:
-                p.copy_(noise)
-            elif name.endswith(".bias"):
-                p.copy_(0.3 * noise)
-            else:
-                p.copy_(noise * (1.0 / p.shape[-1] ** 0.5))
 
 
 def main(outdir):

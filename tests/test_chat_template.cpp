@@ -3,6 +3,7 @@
 //   ChatTemplateReference.* byte-identical output against the models' own Jinja templates rendered by
 //                           @huggingface/jinja (npm), produced by scripts/tokenizer_reference.sh (ctest
 //                           fixture "tokenizer_reference_setup").
+#include "tests/helpers/error_of.h"
 #include "runtime/chat_template.h"
 
 #include "runtime/error.h"
@@ -22,14 +23,7 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no mk::Error thrown)";
-}
+using test::error_of;
 
 // Minimal templates with the markers the detection looks for.
 const char* kLlama3 = "{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>{% endfor %}";

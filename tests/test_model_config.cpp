@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/helpers/error_of.h"
 #include "runtime/error.h"
 #include "runtime/model_config.h"
 #include "tests/helpers/tiny_model.h"
@@ -20,16 +21,7 @@ using ::testing::HasSubstr;
 
 constexpr const char* kSource = "/models/x/config.json";
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected mk::Error";
-  return "";
-}
+using test::error_of;
 
 // The smallest config each architecture accepts, with sizes chosen so that defaults are visible.
 json minimal(const char* arch = "LlamaForCausalLM") {

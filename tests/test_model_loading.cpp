@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "tests/helpers/error_of.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
@@ -22,16 +23,7 @@ using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected mk::Error";
-  return "";
-}
+using test::error_of;
 
 // Every view in `w` that is present, by HF tensor name (lm_head under its own name only when untied).
 std::map<std::string, const TensorView*> views_by_name(const ModelWeights& w) {

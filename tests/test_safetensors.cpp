@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/helpers/error_of.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
 #include "tests/helpers/tiny_model.h"
@@ -18,17 +19,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-// The message of the mk::Error that `f` must throw ("" and a test failure if it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected mk::Error";
-  return "";
-}
+using test::error_of;
 
 // A raw safetensors image: length prefix, header text as given (need not be valid JSON), data bytes.
 std::vector<uint8_t> image_text(const std::string& header, size_t data_bytes, uint64_t length_prefix) {

@@ -3,6 +3,7 @@
 //   TokenizerReference.* the Llama 3.1 and Qwen3 tokenizers against @huggingface/tokenizers (npm) on the
 //                        generated corpus; the data comes from scripts/tokenizer_reference.sh, which ctest
 //                        runs first as the fixture "tokenizer_reference_setup".
+#include "tests/helpers/error_of.h"
 #include "runtime/tokenizer.h"
 
 #include "runtime/error.h"
@@ -108,14 +109,7 @@ std::vector<int32_t> bytes_of(std::string_view s) {
   return ids;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no mk::Error thrown)";
-}
+using test::error_of;
 
 std::string hex_decode(const std::string& hex) {
   std::string out;
