@@ -60,6 +60,8 @@ int run(int argc, char** argv) {
   app.add_option("--prefetch-kb", prefetch_kb, "KiB of each instruction's weights prefetched into L2 while it waits (0: off)")
       ->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of the table");
+  int splits = 0;
+  app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::vector<int> depths;
@@ -79,6 +81,7 @@ int run(int argc, char** argv) {
   opt.context = max_depth + tokens + 1;
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
   opt.profile = profile;
+  opt.attention_splits = splits;
   opt.prefetch_bytes = prefetch_kb * 1024;
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();
@@ -127,6 +130,7 @@ int run(int argc, char** argv) {
     j["tokens_per_repetition"] = tokens;
     j["prefetch_kib"] = prefetch_kb;
     j["workgroups"] = gpu->schedule().num_workgroups;
+    j["attention_splits"] = gpu->schedule().attention_splits;
     for (const auto& r : results) {
       nlohmann::json d = {{"depth", r.depth},          {"ms_per_token", r.ms_per_token}, {"median_ms", r.median_ms},
                           {"tok_per_s", 1e3 / r.median_ms}, {"bytes_per_token", r.bytes_per_token},
@@ -143,10 +147,10 @@ int run(int argc, char** argv) {
   fmt::print("mk-bench  commit {}\n", MK_GIT_COMMIT);
   fmt::print("device: {} ({} SMs, {:.1f} GiB); measured now: streaming read {:.0f} GB/s, copy {:.0f} GB/s (read+write)\n",
              info.name, info.sm_count, double(info.total_memory) / (1 << 30), ceilings.read_gbps, ceilings.copy_gbps);
-  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB; {} workgroups, one launch per repetition; L2 prefetch {} KiB "
-             "per instruction\n",
+  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB; {} workgroups, {} attention splits per kv head, one launch "
+             "per repetition; L2 prefetch {} KiB per instruction\n",
              model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, gpu->schedule().num_workgroups,
-             prefetch_kb);
+             gpu->schedule().attention_splits, prefetch_kb);
   fmt::print("batch 1, greedy, {} tokens per repetition, {} repetitions (median [min, max]); context depth = cached "
              "positions before the first generated token (filled with random K/V)\n\n",
              tokens, reps);

@@ -320,8 +320,8 @@ struct Machine {
     const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
     const int pos = p.start + int(step);
     const uint32_t g = in.begin, split = in.end;
-    const int n = pos + 1, chunk = (n + S - 1) / S;
-    const int p0 = int(split) * chunk, p1 = min(n, p0 + chunk);
+    int p0, p1;
+    attention_split_range(pos + 1, S, int(split), &p0, &p1);
     const bool owns_new = p0 <= pos && pos < p1;
     const AttentionSmem a = attention_smem(d, smem);
 
@@ -445,21 +445,26 @@ struct Machine {
     float* weight = smem + size_t(d.heads) * hd;   // heads * S
     // (m, l) of every (head, split) loaded once, in parallel; the per-head max and total from shared
     // memory (a serial loop over the splits would wait one L2 round trip per split).
+    // Only the splits active at this length hold data (attention_split_range).
+    const int A = active_attention_splits(p.start + int(step) + 1, S);
     auto combine = [&] {
       float* ml = weight + size_t(d.heads) * S;  // heads * S * 2
-      for (int i = threadIdx.x; i < d.heads * S * 2; i += kThreads) ml[i] = load_fresh(p.att_ml + i);
+      for (int i = threadIdx.x; i < d.heads * A * 2; i += kThreads) {
+        const int hh = i / (2 * A), s = (i / 2) % A, c = i % 2;
+        ml[(hh * S + s) * 2 + c] = load_fresh(p.att_ml + (size_t(hh) * S + s) * 2 + c);
+      }
       __syncthreads();
       for (int hh = threadIdx.x; hh < d.heads; hh += kThreads) {
         float M = -INFINITY;
-        for (int s = 0; s < S; ++s) M = fmaxf(M, ml[(hh * S + s) * 2]);
+        for (int s = 0; s < A; ++s) M = fmaxf(M, ml[(hh * S + s) * 2]);
         float total = 0.f;
-        for (int s = 0; s < S; ++s) {
+        for (int s = 0; s < A; ++s) {
           const float ls = ml[(hh * S + s) * 2 + 1];
           const float w = ls == 0.f ? 0.f : __expf(ml[(hh * S + s) * 2] - M);
           weight[hh * S + s] = w;
           total += w * ls;
         }
-        for (int s = 0; s < S; ++s) weight[hh * S + s] /= total;
+        for (int s = 0; s < A; ++s) weight[hh * S + s] /= total;
       }
       __syncthreads();
       // Each thread takes 4 consecutive elements of one head and issues the loads of all splits before
@@ -471,14 +476,14 @@ struct Machine {
         const float4* o = reinterpret_cast<const float4*>(p.att_o + size_t(hh) * S * hd + i);
         const float* w = weight + size_t(hh) * S;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < S; s0 += kMaxSplitsInFlight) {
+        for (int s0 = 0; s0 < A; s0 += kMaxSplitsInFlight) {
           float4 v[kMaxSplitsInFlight];
 #pragma unroll
           for (int k = 0; k < kMaxSplitsInFlight; ++k)
-            if (s0 + k < S) v[k] = load_fresh(o + size_t(s0 + k) * hd / 4);
+            if (s0 + k < A) v[k] = load_fresh(o + size_t(s0 + k) * hd / 4);
 #pragma unroll
           for (int k = 0; k < kMaxSplitsInFlight; ++k)
-            if (s0 + k < S) {
+            if (s0 + k < A) {
               const float ws = w[s0 + k];
               acc.x += ws * v[k].x, acc.y += ws * v[k].y, acc.z += ws * v[k].z, acc.w += ws * v[k].w;
             }

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/model_config.h"
+#include "runtime/portability.h"
 
 namespace mk {
 
@@ -73,6 +74,24 @@ struct Schedule {
 };
 
 Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params);
+
+// Which positions of an n-position cache attention split `split` of S covers. The active splits grow
+// with the sequence, about kPositionsPerSplit positions each, up to S: a short sequence has few partials
+// to combine, a long one keeps the whole grid busy. Inactive splits cover nothing. Shared by the
+// emulator and the GPU kernel.
+inline constexpr int kPositionsPerSplit = 128;
+MK_HD_INLINE int active_attention_splits(int n, int S) {
+  const int a = (n + kPositionsPerSplit - 1) / kPositionsPerSplit;
+  return a < 1 ? 1 : (a > S ? S : a);
+}
+MK_HD_INLINE void attention_split_range(int n, int S, int split, int* p0, int* p1) {
+  const int active = active_attention_splits(n, S);
+  const int chunk = (n + active - 1) / active;
+  const int first = split < active ? split * chunk : n;
+  *p0 = first < n ? first : n;
+  *p1 = first + chunk < n ? first + chunk : n;
+  if (*p1 < *p0) *p1 = *p0;
+}
 
 // Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.
 std::vector<std::pair<uint32_t, uint32_t>> split_range(uint32_t total, uint32_t parts);

@@ -108,6 +108,43 @@ TEST(Emulator, GroupedQueryRatiosAndWorkgroupCounts) {
   }
 }
 
+TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
+  // Past kPositionsPerSplit positions, attention is split over several workgroups and o_proj combines
+  // their partials: a prompt of 300 tokens activates 3 splits of the 8 this schedule has.
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "emu-long");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 400;
+  opt.record_logits = true;
+  opt.check_dependencies = true;
+  ASSERT_EQ(build_schedule(model->config, ScheduleParams{16, 0}).attention_splits, 8);
+  EXPECT_EQ(active_attention_splits(300, 8), 3);
+  std::vector<int32_t> prompt(300);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  expect_matches_reference(*model, prompt, opt, 12);
+}
+
+TEST(Schedule, SplitRangesCoverTheCacheExactlyOnce) {
+  for (int S : {1, 3, 8, 16, 32})
+    for (int n : {1, 2, 127, 128, 129, 300, 1000, 4097}) {
+      std::vector<int> covered(size_t(n), 0);
+      for (int split = 0; split < S; ++split) {
+        int p0, p1;
+        attention_split_range(n, S, split, &p0, &p1);
+        ASSERT_LE(0, p0);
+        ASSERT_LE(p0, p1);
+        ASSERT_LE(p1, n);
+        for (int p = p0; p < p1; ++p) ++covered[size_t(p)];
+        if (split >= active_attention_splits(n, S)) {
+          EXPECT_EQ(p0, p1) << "inactive split " << split;
+        }
+      }
+      for (int p = 0; p < n; ++p) ASSERT_EQ(covered[size_t(p)], 1) << "S " << S << " n " << n << " position " << p;
+    }
+}
+
 TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
   TinyModelSpec spec;
   spec.arch = Arch::Qwen3;

@@ -189,8 +189,8 @@ struct Emulator::Impl {
     const uint32_t g = in.begin, split = in.end;
     const size_t group_base = size_t(g) * size_t(layout.qkv_group_rows);
     const float* group = read(c, qkv, group_base, group_base + size_t(layout.qkv_group_rows));
-    const int n = pos + 1, chunk = (n + S - 1) / S;
-    const int p0 = int(split) * chunk, p1 = std::min(n, p0 + chunk);
+    int p0, p1;
+    attention_split_range(pos + 1, S, int(split), &p0, &p1);
     const size_t cache_base = (size_t(in.layer) * size_t(cfg.num_kv_heads) + g) * size_t(opt.context);
 
     std::vector<float> head(static_cast<size_t>(hd));

@@ -101,6 +101,33 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
                                   std::string(dtype_name(test_info.param.dtype));
                          });
 
+TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
+  // 700 positions: attention runs over several active splits (and several shared-memory tiles each).
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "gpu-long");
+  GpuOptions gopt;
+  gopt.context = 800;
+  auto gpu = create_gpu_backend(*model, gopt);
+  EmulatorOptions eopt;
+  eopt.num_workgroups = gpu->schedule().num_workgroups;
+  eopt.context = 800;
+  eopt.record_logits = true;
+  eopt.check_dependencies = false;
+  Emulator emu(*model, eopt);
+  std::vector<int32_t> prompt(700);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  const auto g = run(*gpu, prompt, 32), e = run(emu, prompt, 32);
+  expect_same_tokens(g.tokens, e.tokens, emu.recorded_logits(), "700-token prompt");
+  const auto cmp = test::compare_logits(emu.recorded_logits().back(), gpu->last_logits());
+  if (g.tokens == e.tokens) {
+    EXPECT_LT(cmp.relative_error, 1e-3) << cmp.summary();
+  }
+  std::printf("700-token prompt, %d active splits of %d: last-step logits vs emulator: %s\n",
+              active_attention_splits(732, gpu->schedule().attention_splits), gpu->schedule().attention_splits,
+              cmp.summary().c_str());
+}
+
 TEST(Gpu, TransformersFixturesGreedyAndLogits) {
   const char* root = std::getenv("MK_FIXTURES");
   ASSERT_NE(root, nullptr) << "MK_FIXTURES is not set";
