@@ -148,27 +148,33 @@ struct SpinPolicy {
   unsigned* abort_flag = nullptr;     // optional: set on a timeout; every wait gives up once it is set
 };
 
-// Thread-level: polls *p until done(value). Returns false on timeout or abort (checked every 256 polls,
-// so the hot path costs one increment and a compare).
-template <typename Done>
-__device__ __forceinline__ bool spin_until(const unsigned* p, Done done, const SpinPolicy& sp) {
+// The timeout / abort bookkeeping of a spin loop, checked every 256 polls so that the hot path costs
+// one increment and a compare. On expiry it raises the abort flag so that the other waiters give up too.
+struct SpinDeadline {
   unsigned polls = 0;
   unsigned long long start = 0;
+  __device__ __forceinline__ bool expired(const SpinPolicy& sp) {
+    if (sp.timeout_ns == 0 || (++polls & 255u) != 0) return false;
+    const unsigned long long now = global_timer_ns();
+    if (start == 0) start = now;
+    const bool aborted = sp.abort_flag != nullptr && load_relaxed_gpu(sp.abort_flag) != 0;
+    if (!aborted && now - start <= sp.timeout_ns) return false;
+    if (sp.abort_flag != nullptr) store_relaxed_gpu(sp.abort_flag, 1);
+    return true;
+  }
+};
+
+// Thread-level: polls *p until done(value). Returns false on timeout or abort (SpinDeadline).
+template <typename Done>
+__device__ __forceinline__ bool spin_until(const unsigned* p, Done done, const SpinPolicy& sp) {
+  SpinDeadline deadline;
   for (;;) {
     if (done(poll_load(p))) {
       poll_done();
       return true;
     }
     pause_ns(sp.sleep_ns);
-    if (sp.timeout_ns != 0 && (++polls & 255u) == 0) {
-      const unsigned long long now = global_timer_ns();
-      if (start == 0) start = now;
-      const bool aborted = sp.abort_flag != nullptr && load_relaxed_gpu(sp.abort_flag) != 0;
-      if (aborted || now - start > sp.timeout_ns) {
-        if (sp.abort_flag != nullptr) store_relaxed_gpu(sp.abort_flag, 1);
-        return false;
-      }
-    }
+    if (deadline.expired(sp)) return false;
   }
 }
 
@@ -209,8 +215,7 @@ __device__ __forceinline__ bool poll_shared(const unsigned* p, Done done, volati
     while (clock64() - start < static_cast<long long>(warp * stagger_cycles))
       if (*seen == token) return true;
   }
-  unsigned polls = 0;
-  unsigned long long start = 0;
+  SpinDeadline deadline;
   for (;;) {
     if (*seen == token) return true;
     if (done(poll_load(p))) {
@@ -219,15 +224,7 @@ __device__ __forceinline__ bool poll_shared(const unsigned* p, Done done, volati
       return true;
     }
     pause_ns(sp.sleep_ns);
-    if (sp.timeout_ns != 0 && (++polls & 255u) == 0) {
-      const unsigned long long now = global_timer_ns();
-      if (start == 0) start = now;
-      const bool aborted = sp.abort_flag != nullptr && load_relaxed_gpu(sp.abort_flag) != 0;
-      if (aborted || now - start > sp.timeout_ns) {
-        if (sp.abort_flag != nullptr) store_relaxed_gpu(sp.abort_flag, 1);
-        return false;
-      }
-    }
+    if (deadline.expired(sp)) return false;
   }
 }
 

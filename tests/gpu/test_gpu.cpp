@@ -54,6 +54,17 @@ void expect_same_tokens(const std::vector<int32_t>& gpu, const std::vector<int32
   }
 }
 
+// An emulator executing the very schedule the GPU runs (same workgroups, same splits), without the
+// dependency checker (the emulator tests cover it), recording the logits of every sampled step.
+std::unique_ptr<Emulator> emulator_of(const Model& model, const GpuBackend& gpu, int context) {
+  EmulatorOptions opt;
+  opt.num_workgroups = gpu.schedule().num_workgroups;
+  opt.context = context;
+  opt.record_logits = true;
+  opt.check_dependencies = false;
+  return std::make_unique<Emulator>(model, gpu.schedule(), opt);
+}
+
 struct ArchCase {
   Arch arch;
   DType dtype;
@@ -74,12 +85,8 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
   GpuOptions gopt;
   gopt.context = 256;
   auto gpu = create_gpu_backend(*model, gopt);
-  EmulatorOptions eopt;
-  eopt.num_workgroups = gpu->schedule().num_workgroups;  // the very schedule the GPU runs
-  eopt.context = 256;
-  eopt.record_logits = true;
-  eopt.check_dependencies = false;
-  Emulator emu(*model, eopt);
+  auto emulator = emulator_of(*model, *gpu, 256);
+  Emulator& emu = *emulator;
   const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
   const auto g = run(*gpu, prompt, 64), e = run(emu, prompt, 64);
   expect_same_tokens(g.tokens, e.tokens, emu.recorded_logits(), arch_name(spec.arch));
@@ -109,12 +116,8 @@ TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
   GpuOptions gopt;
   gopt.context = 800;
   auto gpu = create_gpu_backend(*model, gopt);
-  EmulatorOptions eopt;
-  eopt.num_workgroups = gpu->schedule().num_workgroups;
-  eopt.context = 800;
-  eopt.record_logits = true;
-  eopt.check_dependencies = false;
-  Emulator emu(*model, eopt);
+  auto emulator = emulator_of(*model, *gpu, 800);
+  Emulator& emu = *emulator;
   std::vector<int32_t> prompt(700);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
   const auto g = run(*gpu, prompt, 32), e = run(emu, prompt, 32);
@@ -169,11 +172,8 @@ TEST(Gpu, MultiTurnMatchesEmulator) {
   GpuOptions gopt;
   gopt.context = 128;
   auto gpu = create_gpu_backend(*model, gopt);
-  EmulatorOptions eopt;
-  eopt.num_workgroups = gpu->schedule().num_workgroups;
-  eopt.context = 128;
-  eopt.check_dependencies = false;
-  Emulator emu(*model, eopt);
+  auto emulator = emulator_of(*model, *gpu, 128);
+  Emulator& emu = *emulator;
   for (auto* b : {static_cast<DecodeBackend*>(gpu.get()), static_cast<DecodeBackend*>(&emu)}) run(*b, {1, 2, 3}, 10);
   const auto g = run(*gpu, {50, 51}, 10), e = run(emu, {50, 51}, 10);
   EXPECT_EQ(g.stats.ingested_tokens, 3);
@@ -200,11 +200,8 @@ TEST(Gpu, SeededSamplingIsReproducible) {
     const auto c = run(*gpu, {4, 5}, 40, s);
     EXPECT_NE(a.tokens, c.tokens);
     // The emulator implements the same rule; report how far it agrees (logits differ in rounding).
-    EmulatorOptions eopt;
-    eopt.num_workgroups = gpu->schedule().num_workgroups;
-    eopt.context = 128;
-    eopt.check_dependencies = false;
-    Emulator emu(*model, eopt);
+    auto emulator = emulator_of(*model, *gpu, 128);
+    Emulator& emu = *emulator;
     s.seed -= 100;
     const auto e = run(emu, {4, 5}, 40, s);
     size_t same = 0;
