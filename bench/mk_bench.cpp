@@ -56,8 +56,17 @@ int run(int argc, char** argv) {
   app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(CLI::Range(2, 100000));
   app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_flag("--profile", profile, "per-instruction time breakdown (globaltimer per instruction)");
-  long long prefetch_kb = mk::GpuOptions{}.prefetch_bytes / 1024;
-  app.add_option("--prefetch-kb", prefetch_kb, "KiB of each instruction's weights prefetched into L2 while it waits (0: off)")
+  int stream_slots = mk::GpuOptions{}.stream_slots, lookahead = mk::GpuOptions{}.stream_lookahead;
+  app.add_option("--stream-slots", stream_slots,
+                 "shared-memory slots of the weight stream (-1: as many as fit; 0: weights through registers)")
+      ->capture_default_str();
+  app.add_option("--lookahead", lookahead, "instructions ahead the weight stream may issue chunks")->capture_default_str();
+  bool stage_barriers = false;
+  app.add_flag("--stage-barriers", stage_barriers,
+               "flat-barrier schedule: every instruction waits for the whole previous stage (baseline for issue 4)");
+  int early = mk::GpuOptions{}.stream_early, slot_kib = 0;
+  app.add_option("--slot-kib", slot_kib, "KiB per weight-stream slot (0: the default)")->capture_default_str();
+  app.add_option("--early", early, "weight chunks issued before an instruction's inputs are ready (-1: all slots)")
       ->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of the table");
   int splits = 0;
@@ -82,7 +91,11 @@ int run(int argc, char** argv) {
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
   opt.profile = profile;
   opt.attention_splits = splits;
-  opt.prefetch_bytes = prefetch_kb * 1024;
+  opt.stream_slots = stream_slots;
+  opt.stream_lookahead = lookahead;
+  opt.stream_early = early;
+  opt.stream_slot_kib = slot_kib;
+  opt.stage_barriers = stage_barriers;
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();
   const auto& cfg = model->config;
@@ -128,7 +141,7 @@ int run(int argc, char** argv) {
     j["device"] = {{"name", info.name}, {"sms", info.sm_count}, {"read_gbps", ceilings.read_gbps}, {"copy_gbps", ceilings.copy_gbps}};
     j["model"] = model_name;
     j["tokens_per_repetition"] = tokens;
-    j["prefetch_kib"] = prefetch_kb;
+    j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;
     for (const auto& r : results) {
@@ -147,10 +160,10 @@ int run(int argc, char** argv) {
   fmt::print("mk-bench  commit {}\n", MK_GIT_COMMIT);
   fmt::print("device: {} ({} SMs, {:.1f} GiB); measured now: streaming read {:.0f} GB/s, copy {:.0f} GB/s (read+write)\n",
              info.name, info.sm_count, double(info.total_memory) / (1 << 30), ceilings.read_gbps, ceilings.copy_gbps);
-  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB; {} workgroups, {} attention splits per kv head, one launch "
-             "per repetition; L2 prefetch {} KiB per instruction\n",
-             model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, gpu->schedule().num_workgroups,
-             gpu->schedule().attention_splits, prefetch_kb);
+  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB; {} attention splits per kv head, one launch per "
+             "repetition\nengine: {}\n",
+             model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, gpu->schedule().attention_splits,
+             gpu->name());
   fmt::print("batch 1, greedy, {} tokens per repetition, {} repetitions (median [min, max]); context depth = cached "
              "positions before the first generated token (filled with random K/V)\n\n",
              tokens, reps);

@@ -63,6 +63,8 @@
 #define hipEventSynchronize cudaEventSynchronize
 #define hipEventElapsedTime cudaEventElapsedTime
 #define hipFuncSetAttribute(f, a, v) cudaFuncSetAttribute(f, a, v)
+#define hipFuncAttributes cudaFuncAttributes
+#define hipFuncGetAttributes cudaFuncGetAttributes
 #define hipOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define hipLaunchCooperativeKernel cudaLaunchCooperativeKernel
 #define hipLaunchKernelGGL(kernel, grid, block, shmem, stream, ...) \

@@ -125,13 +125,14 @@ class MonokernelBackend final : public GpuBackend {
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
     kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16);
 
-    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits});
+    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers});
     if (opt.debug_edit_schedule) opt.debug_edit_schedule(schedule_);
     smem_bytes_ = shared_memory_bytes();
     int max_smem = 0;
     MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
+    plan_weight_stream(size_t(max_smem));
     MK_GPU_CHECK(hipFuncSetAttribute(kernel_, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
     int per_sm = 0;
     MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_bytes_));
@@ -189,7 +190,8 @@ class MonokernelBackend final : public GpuBackend {
   int position() const override { return position_; }
   int context() const override { return opt_.context; }
   std::string name() const override {
-    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads)", info_.name, schedule_.num_workgroups, dev::kThreads);
+    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads, {})", info_.name, schedule_.num_workgroups,
+                       dev::kThreads, stream_description());
   }
   const GpuRunProfile& profile() const override { return profile_result_; }
   const GpuInfo& info() const override { return info_; }
@@ -213,6 +215,41 @@ class MonokernelBackend final : public GpuBackend {
   }
 
  private:
+  // The weight stream's ring goes after the activation area, in the shared memory left over: as many
+  // slots as fit (at most kMaxStreamSlots), each holding at least one row of every GEMV (gate_up: a gate
+  // and an up row), in 16 KiB units: 32 KiB by default, which holds Llama-3.1-8B's 28 KiB down rows.
+  void plan_weight_stream(size_t max_smem) {
+#if defined(MK_PLATFORM_NVIDIA)
+    if (opt_.stream_slots == 0) return;
+    hipFuncAttributes attr{};
+    MK_GPU_CHECK(hipFuncGetAttributes(&attr, kernel_));
+    constexpr size_t kUnit = 16 * 1024;
+    // Measured on an H200 (docs/log.md): 32 KiB slots beat 16 KiB ones (half the per-chunk overhead).
+    constexpr size_t kDefaultSlot = 32 * 1024;
+    const size_t longest_row = std::max({size_t(cfg_.hidden_size) * 4, size_t(cfg_.q_dim()) * 2, size_t(cfg_.intermediate_size) * 2});
+    // An explicit size is taken as is (tests use tiny slots to make the ring wrap often).
+    const size_t slot = opt_.stream_slot_kib > 0 ? std::max(longest_row, size_t(opt_.stream_slot_kib) * 1024)
+                                                 : (std::max(longest_row, kDefaultSlot) + kUnit - 1) / kUnit * kUnit;
+    const size_t ring_offset = (smem_bytes_ + 127) / 128 * 128;
+    const size_t room = max_smem > attr.sharedSizeBytes + ring_offset ? max_smem - attr.sharedSizeBytes - ring_offset : 0;
+    size_t slots = std::min(room / slot, size_t(dev::kMaxStreamSlots));
+    if (opt_.stream_slots > 0) slots = std::min(slots, size_t(opt_.stream_slots));
+    if (slots < 2) return;  // not enough room to overlap anything: weights go through registers
+    stream_slots_ = uint32_t(slots);
+    stream_slot_bytes_ = uint32_t(slot);
+    stream_ring_offset_ = uint32_t(ring_offset);
+    smem_bytes_ = ring_offset + slots * slot;
+#else
+    (void)max_smem;  // AMD: no bulk copies into LDS in this build; weights go through registers
+#endif
+  }
+
+  std::string stream_description() const {
+    if (stream_slots_ == 0) return "weights through registers";
+    return fmt::format("weight stream {} x {} KiB, lookahead {}, early {}", stream_slots_, stream_slot_bytes_ / 1024,
+                       opt_.stream_lookahead, opt_.stream_early < 0 ? int(stream_slots_) : opt_.stream_early);
+  }
+
   // Largest dynamic shared memory any instruction needs (see the kernel's use of `smem`).
   size_t shared_memory_bytes() const {
     const size_t warps = size_t(dev::kThreads / 32);  // NVIDIA warps; AMD has fewer (64-lane waves)
@@ -325,7 +362,11 @@ class MonokernelBackend final : public GpuBackend {
     p.cancel = reinterpret_cast<const volatile uint32_t*>(dev_base + cancel_offset_);
     p.profile = profile_.as<unsigned long long>();
     p.profiling = opt_.profile ? 1 : 0;
-    p.prefetch_bytes = opt_.prefetch_bytes;
+    p.stream_slots = stream_slots_;
+    p.stream_slot_bytes = stream_slot_bytes_;
+    p.stream_ring_offset = stream_ring_offset_;
+    p.stream_lookahead = uint32_t(std::max(0, opt_.stream_lookahead));
+    p.stream_early = opt_.stream_early < 0 ? stream_slots_ : uint32_t(opt_.stream_early);
     p.dims = dims();
     p.context = opt_.context;
     const size_t n_eos = std::min<size_t>(cfg_.eos_token_ids.size(), dev::kMaxEosIds);
@@ -428,6 +469,7 @@ class MonokernelBackend final : public GpuBackend {
   Schedule schedule_;
   const void* kernel_ = nullptr;
   size_t smem_bytes_ = 0;
+  uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
   DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
       lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_;

@@ -16,11 +16,19 @@ struct GpuOptions {
   int device = 0;
   int context = 4096;
   int attention_splits = 0;      // 0: chosen by build_schedule from the context
+  bool stage_barriers = false;   // the flat-barrier schedule (ScheduleParams::stage_barriers), for comparison
   double watchdog_seconds = 10;  // no progress for this long: report the stuck instructions and exit(3)
   bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()
-  // Per instruction, bytes of its weight rows prefetched into L2 while it waits for its inputs.
-  // Off by default: it measured slower on an H200 (docs/log.md).
-  long long prefetch_bytes = 0;
+  // Weight stream (device/weight_stream.h): shared-memory slots for bulk weight copies; -1: as many as
+  // fit (NVIDIA Hopper), 0: off (weights load straight into registers; always the case on AMD).
+  int stream_slots = -1;
+  int stream_slot_kib = 0;  // slot size; 0: the default (32 KiB), rounded up to hold the longest row
+  // How many instructions ahead of the running one the stream may issue weight chunks.
+  int stream_lookahead = 1;
+  // Chunks issued before an instruction's inputs are ready (-1: as many as there are slots). Issuing
+  // more shortens the instruction but lengthens everyone's waits: those bytes compete with the slowest
+  // producers of the inputs (docs/log.md).
+  int stream_early = 2;
   // Non-zero: fill the weights on the GPU with seeded random values instead of uploading the model's
   // (for presets: real shapes without a download). The model then needs a config only.
   uint64_t random_weights_seed = 0;

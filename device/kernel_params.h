@@ -13,6 +13,7 @@ namespace mk::dev {
 inline constexpr int kThreads = 512;       // one workgroup (CTA) per SM/CU
 inline constexpr int kMaxEosIds = 8;
 inline constexpr int kSampleBins = 2048;  // radix-select histogram (11 bits a pass)
+inline constexpr int kMaxStreamSlots = 16;  // shared-memory slots of the weight stream (device/weight_stream.h)
 
 // Positions of K/V staged in shared memory per attention tile: about 32 KiB of K plus V.
 MK_HD_INLINE int attention_tile_positions(int head_dim) {
@@ -81,8 +82,11 @@ struct KernelParams {
   // Profiling (optional): per workgroup, per Op: exec ns, wait ns.
   unsigned long long* profile;
   int profiling;
-  // Bytes of each instruction's weights prefetched into L2 before it waits (0: off).
-  long long prefetch_bytes;
+  // Weight stream (device/weight_stream.h): `stream_slots` slots of `stream_slot_bytes` at byte
+  // `stream_ring_offset` of dynamic shared memory; 0 slots: GEMVs load weights into registers. A chunk
+  // may be issued up to `stream_lookahead` instructions ahead of the one running; at most `stream_early`
+  // chunks are issued before an instruction's inputs are ready.
+  uint32_t stream_slots, stream_slot_bytes, stream_ring_offset, stream_lookahead, stream_early;
   // Request.
   ModelDims dims;
   int context, start, ingest, max_new, max_steps;

@@ -6,6 +6,7 @@
 #include "device/gpu.h"
 #include "device/kernel_params.h"
 #include "device/monokernel.h"
+#include "device/weight_stream.h"
 #include "runtime/decode_backend.h"
 
 #if defined(MK_PLATFORM_NVIDIA)
@@ -87,11 +88,9 @@ __device__ float block_sum(float v, float* red) {
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
-// 8 weights (one 16-byte load) times 8 activations.
+// 8 weights (one 16-byte load) times 8 activations (a: the first four, b: the last four).
 template <bool kFp16>
-__device__ __forceinline__ float dot8(uint4 w, const float* x) {
-  const float4 a = *reinterpret_cast<const float4*>(x);
-  const float4 b = *reinterpret_cast<const float4*>(x + 4);
+__device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
   float lo[4], hi[4];
 #pragma unroll
@@ -109,6 +108,18 @@ __device__ __forceinline__ float dot8(uint4 w, const float* x) {
     }
   }
   return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
+}
+
+// The activation vector of a GEMV lives in shared memory in two planes: float4 c of the first plane holds
+// elements 8c..8c+3, float4 c of the second (starting at n / 8) holds 8c+4..8c+7. A lane that multiplies
+// the 16-byte weight piece c then reads two consecutive float4s of each plane: conflict-free, where the
+// natural order would make lanes 32 bytes apart collide on banks.
+// Float4 index, in the planes, of float4 q (elements 4q..4q+3) of an n-element vector.
+__device__ __forceinline__ int plane_quad(int q, int n8) { return (q & 1) ? n8 + (q >> 1) : (q >> 1); }
+// Element of the natural order stored at plane position j (the inverse of plane_index).
+__device__ __forceinline__ int natural_index(int j, int n8) {
+  const int q = j >> 2;
+  return (q < n8 ? 8 * q : 8 * (q - n8) + 4) + (j & 3);
 }
 
 // The first batch of 16-byte weight loads of two rows (the rest follow in warp_two_row_dot).
@@ -130,11 +141,11 @@ __device__ __forceinline__ void issue_first_batch(const uint8_t* row0, const uin
   }
 }
 
-// One warp, two rows at once (their loads interleaved): out0 = dot(row0, x0), out1 = dot(row1, x1);
-// row1 may be null. `first` holds the already issued first batch.
+// One warp, two rows at once (their loads interleaved): out0 = dot(row0, x), out1 = dot(row1, x), x in
+// planes; row1 may be null. `first` holds the already issued first batch.
 template <bool kFp16>
-__device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int cols, const float* x0, const float* x1,
-                                 const FirstBatch& first, float& out0, float& out1) {
+__device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int cols, const float4* x, const FirstBatch& first,
+                                 float& out0, float& out1) {
   const uint4* a = reinterpret_cast<const uint4*>(row0);
   const uint4* b = reinterpret_cast<const uint4*>(row1);
   const int n = cols / 8;
@@ -143,8 +154,9 @@ __device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int c
   for (int u = 0; u < kFirst; ++u) {
     const int c = lane_id() + u * MK_WARP_SIZE;
     if (c < n) {
-      acc0 += dot8<kFp16>(first.a[u], x0 + size_t(c) * 8);
-      if (row1) acc1 += dot8<kFp16>(first.b[u], x1 + size_t(c) * 8);
+      const float4 lo = x[c], hi = x[n + c];
+      acc0 += dot8<kFp16>(first.a[u], lo, hi);
+      if (row1) acc1 += dot8<kFp16>(first.b[u], lo, hi);
     }
   }
   for (int c0 = lane_id() + MK_WARP_SIZE * kFirst; c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
@@ -159,8 +171,9 @@ __device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int c
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * MK_WARP_SIZE;
       if (c < n) {
-        acc0 += dot8<kFp16>(wa[u], x0 + size_t(c) * 8);
-        if (row1) acc1 += dot8<kFp16>(wb[u], x1 + size_t(c) * 8);
+        const float4 lo = x[c], hi = x[n + c];
+        acc0 += dot8<kFp16>(wa[u], lo, hi);
+        if (row1) acc1 += dot8<kFp16>(wb[u], lo, hi);
       }
     }
   }
@@ -168,12 +181,12 @@ __device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int c
   out1 = warp_sum(acc1);
 }
 
-// Copies n floats (n % 4 == 0) produced in this launch into shared memory: 16-byte loads, four in flight
-// per thread before the first store (a plain loop would wait one L2 round trip per element).
-__device__ void load_to_shared(const float* src, int n, float* dst) {
+// Copies n floats (n % 8 == 0) produced in this launch into shared memory, in planes: 16-byte loads, four
+// in flight per thread before the first store (a plain loop would wait one L2 round trip per element).
+__device__ void load_to_planes(const float* src, int n, float* dst) {
   const float4* s4 = reinterpret_cast<const float4*>(src);
   float4* d4 = reinterpret_cast<float4*>(dst);
-  const int n4 = n / 4;
+  const int n4 = n / 4, n8 = n / 8;
   constexpr int kBatch = 4;
   for (int base = int(threadIdx.x); base < n4; base += kThreads * kBatch) {
     float4 v[kBatch];
@@ -184,18 +197,18 @@ __device__ void load_to_shared(const float* src, int n, float* dst) {
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b)
-      if (base + b * kThreads < n4) d4[base + b * kThreads] = v[b];
+      if (base + b * kThreads < n4) d4[plane_quad(base + b * kThreads, n8)] = v[b];
   }
 }
 
-// xs = RMSNorm(x) * weight, in shared memory.
-__device__ void rms_norm_to_shared(const float* x, const float* weight, int n, float eps, float* xs, float* red) {
-  load_to_shared(x, n, xs);
+// xs = RMSNorm(x) * weight, in shared memory, in planes.
+__device__ void rms_norm_to_planes(const float* x, const float* weight, int n, float eps, float* xs, float* red) {
+  load_to_planes(x, n, xs);
   __syncthreads();
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += kThreads) ss += xs[i] * xs[i];
   const float inv = 1.0f / sqrtf(block_sum(ss, red) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = xs[i] * inv * weight[i];
+  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = xs[i] * inv * weight[natural_index(i, n / 8)];
   __syncthreads();
 }
 
@@ -246,9 +259,11 @@ __device__ AttentionSmem attention_smem(const ModelDims& d, float* base) {
 template <bool kFp16>
 struct Machine {
   const KernelParams& p;
-  float* smem;  // dynamic shared memory
+  float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
   float* red;   // kWarps floats of reduction scratch
+  WeightStream& ws;
   uint32_t step;
+  uint32_t index;  // of the running instruction in the workgroup's list
 
   __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
   __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
@@ -260,24 +275,77 @@ struct Machine {
     for (int i = threadIdx.x; i < p.dims.hidden; i += kThreads) p.x[i] = weight_value<kFp16>(row[i]);
   }
 
-  // Rows [begin, end) of `w` (cols wide) dotted with xs; `emit(row, value)` runs on lane 0.
-  // Rows [begin, end) of `w` (cols wide) dotted with xs, after `prologue()` (block-wide, ends with
-  // __syncthreads) has filled xs; `emit(row, value)` runs on lane 0. Each warp takes two rows at a time
-  // (r and r + kWarps) so that twice the loads are in flight. (Issuing the first loads before the
-  // prologue would overlap a round trip, but at 512 threads the registers it holds spill: docs/log.md.)
+  // One GEMV instruction: `prologue()` (block-wide, ends with __syncthreads) fills the activation vector
+  // (planes, at the start of smem); then each row r of [begin, end) is dotted with it and `emit(r, v0,
+  // v1)` runs on lane 0 (v1: the up row's value for gate_up, else unused). Weights come through the
+  // weight stream when the host gave it slots, else straight into registers.
   template <typename Prologue, typename Emit>
-  __device__ void rows(uint64_t w, int cols, uint32_t begin, uint32_t end, const float* xs, Prologue prologue, Emit emit) {
-    auto row = [&](uint32_t r) { return r < end ? matrix(w) + size_t(r) * row_bytes(cols) : nullptr; };
+  __device__ void gemv(const Instr& in, Prologue prologue, Emit emit) {
+    GemvShape s;
+    gemv_shape(p, in, &s);
     prologue();
-    uint32_t r = begin + uint32_t(warp_id());
-    FirstBatch first;
-    for (; r < end; r += 2 * kWarps) {
-      issue_first_batch(row(r), row(r + kWarps), cols, first);
-      float v0, v1;
-      warp_two_row_dot<kFp16>(row(r), row(r + kWarps), cols, xs, xs, first, v0, v1);
+    const float4* x = reinterpret_cast<const float4*>(smem);
+    if (ws.enabled()) streamed(s, x, emit);
+    else registers(s, x, emit);
+  }
+
+  // Warp 0 (lane 0) issues the chunks; the other warps take rows j, j + kWarps - 1, ... of the
+  // instruction, each row whole (no cross-warp reduction), reading weights and activations from shared
+  // memory.
+  template <typename Emit>
+  __device__ void streamed(const GemvShape& s, const float4* x, Emit emit) {
+    if (warp_id() == 0) {
+      if (lane_id() == 0) ws.produce(step, index);
+      return;
+    }
+    const int n8 = s.cols / 8;
+    const uint32_t base = ws.st.base, rpc = uint32_t(s.rows_per_chunk);
+    for (uint32_t j = uint32_t(warp_id() - 1); j < s.rows(); j += uint32_t(kWarps - 1)) {
+      const uint32_t chunk = j / rpc, seq = base + chunk;
+      ws.wait_chunk(seq);
+      const uint4* w0 = reinterpret_cast<const uint4*>(ws.slot_data(seq) + size_t(j % rpc) * size_t(s.row_bytes));
+      float acc0 = 0.f, acc1 = 0.f;
+      if (s.parts == 1) {
+#pragma unroll 4
+        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) acc0 += dot8<kFp16>(w0[c], x[c], x[n8 + c]);
+      } else {
+        const uint4* w1 = w0 + size_t(s.rows_in_chunk(chunk)) * size_t(n8);
+#pragma unroll 4
+        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) {
+          const float4 lo = x[c], hi = x[n8 + c];
+          acc0 += dot8<kFp16>(w0[c], lo, hi);
+          acc1 += dot8<kFp16>(w1[c], lo, hi);
+        }
+      }
+      const float v0 = warp_sum(acc0), v1 = s.parts == 1 ? 0.f : warp_sum(acc1);
       if (lane_id() == 0) {
-        emit(r, v0);
-        if (r + kWarps < end) emit(r + kWarps, v1);
+        ws.release_row(seq);
+        emit(s.begin + j, v0, v1);
+      }
+    }
+  }
+
+  // Every warp loads its rows' weights into registers: two rows at a time (r and r + kWarps; gate_up:
+  // the gate and up rows of r), so that twice the loads are in flight. (Issuing the first loads before
+  // the prologue would overlap a round trip, but at 512 threads the registers it holds spill.)
+  template <typename Emit>
+  __device__ void registers(const GemvShape& s, const float4* x, Emit emit) {
+    auto row = [&](int part, uint32_t r) { return r < s.end ? matrix(s.matrix[part]) + size_t(r) * size_t(s.row_bytes) : nullptr; };
+    const uint32_t step_rows = s.parts == 1 ? 2 * kWarps : kWarps;
+    FirstBatch first;
+    for (uint32_t r = s.begin + uint32_t(warp_id()); r < s.end; r += step_rows) {
+      const uint8_t* a = row(0, r);
+      const uint8_t* b = s.parts == 1 ? row(0, r + kWarps) : row(1, r);
+      issue_first_batch(a, b, s.cols, first);
+      float v0, v1;
+      warp_two_row_dot<kFp16>(a, b, s.cols, x, first, v0, v1);
+      if (lane_id() == 0) {
+        if (s.parts == 2) {
+          emit(r, v0, v1);
+        } else {
+          emit(r, v0, 0.f);
+          if (r + kWarps < s.end) emit(r + kWarps, v1, 0.f);
+        }
       }
     }
   }
@@ -286,10 +354,9 @@ struct Machine {
     const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
     const float* bias = d.qkv_bias ? f32(L.bqkv) : nullptr;
-    rows(
-        L.wqkv, d.hidden, in.begin, in.end, smem,
-        [&] { rms_norm_to_shared(p.x, f32(L.attn_norm), d.hidden, d.rms_eps, smem, red); },
-        [&](uint32_t r, float v) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
+    gemv(
+        in, [&] { rms_norm_to_planes(p.x, f32(L.attn_norm), d.hidden, d.rms_eps, smem, red); },
+        [&](uint32_t r, float v, float) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
   }
 
   // Per-head RMSNorm (Qwen3) and RoPE of one head in shared memory; one warp.
@@ -436,7 +503,6 @@ struct Machine {
   }
 
   __device__ void o_proj(const Instr& in) {
-    const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
     const int hd = d.head_dim, S = d.attention_splits;
     // Flash-decoding reduction of the splits of every head into shared memory. First the weight of each
@@ -488,36 +554,28 @@ struct Machine {
               acc.x += ws * v[k].x, acc.y += ws * v[k].y, acc.z += ws * v[k].z, acc.w += ws * v[k].w;
             }
         }
-        *reinterpret_cast<float4*>(attn + hh * hd + i) = acc;
+        reinterpret_cast<float4*>(attn)[plane_quad((hh * hd + i) / 4, d.heads * hd / 8)] = acc;
       }
       __syncthreads();
     };
-    rows(L.wo, d.heads * hd, in.begin, in.end, smem, combine, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
+    gemv(in, combine, [&](uint32_t r, float v, float) { p.x[r] = load_fresh(p.x + r) + v; });
   }
 
   __device__ void gate_up(const Instr& in) {
     const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
-    auto gate = [&](uint32_t r) { return matrix(L.w_gate) + size_t(r) * row_bytes(d.hidden); };
-    auto up = [&](uint32_t r) { return matrix(L.w_up) + size_t(r) * row_bytes(d.hidden); };
-    rms_norm_to_shared(p.x, f32(L.mlp_norm), d.hidden, d.rms_eps, smem, red);
-    FirstBatch first;
-    for (uint32_t r = in.begin + uint32_t(warp_id()); r < in.end; r += kWarps) {
-      issue_first_batch(gate(r), up(r), d.hidden, first);
-      float g, u;
-      warp_two_row_dot<kFp16>(gate(r), up(r), d.hidden, smem, smem, first, g, u);
-      if (lane_id() == 0) p.h[r] = g / (1.0f + __expf(-g)) * u;
-    }
+    gemv(
+        in, [&] { rms_norm_to_planes(p.x, f32(L.mlp_norm), d.hidden, d.rms_eps, smem, red); },
+        [&](uint32_t r, float g, float u) { p.h[r] = g / (1.0f + __expf(-g)) * u; });
   }
 
   __device__ void down(const Instr& in) {
-    const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
     auto load_h = [&] {
-      load_to_shared(p.h, d.intermediate, smem);
+      load_to_planes(p.h, d.intermediate, smem);
       __syncthreads();
     };
-    rows(L.w_down, d.intermediate, in.begin, in.end, smem, load_h, [&](uint32_t r, float v) { p.x[r] = load_fresh(p.x + r) + v; });
+    gemv(in, load_h, [&](uint32_t r, float v, float) { p.x[r] = load_fresh(p.x + r) + v; });
   }
 
   __device__ void lm_head(const Instr& in) {
@@ -525,8 +583,8 @@ struct Machine {
     const ModelDims& d = p.dims;
     float best = -INFINITY;
     int32_t best_index = int32_t(in.begin);
-    auto norm = [&] { rms_norm_to_shared(p.x, f32(p.final_norm), d.hidden, d.rms_eps, smem, red); };
-    rows(p.lm_head, d.hidden, in.begin, in.end, smem, norm, [&](uint32_t r, float v) {
+    auto norm = [&] { rms_norm_to_planes(p.x, f32(p.final_norm), d.hidden, d.rms_eps, smem, red); };
+    gemv(in, norm, [&](uint32_t r, float v, float) {
       p.logits[r] = v;
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });
@@ -718,43 +776,6 @@ struct Machine {
   }
 };
 
-// Weights do not depend on activations: while an instruction waits for its inputs, its weight rows can
-// already stream from HBM into L2 (Hopper bulk prefetch, one thread; a no-op on AMD).
-__device__ void prefetch_l2(const void* ptr, size_t bytes) {
-#if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr size_t kPiece = 1 << 16;
-  const char* p = static_cast<const char*>(ptr);
-  for (size_t at = 0; at < bytes; at += kPiece) {
-    const unsigned n = unsigned(min(kPiece, bytes - at)) & ~15u;
-    if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(n) : "memory");
-  }
-#else
-  (void)ptr;
-  (void)bytes;
-#endif
-}
-
-// The weight rows an instruction will read, as up to two contiguous byte ranges.
-__device__ void prefetch_instruction_weights(const KernelParams& p, const Instr& in, size_t limit) {
-  if (limit == 0) return;
-  const ModelDims& d = p.dims;
-  const size_t e = 2;  // bytes per weight
-  auto range = [&](uint64_t matrix, int cols) {
-    const size_t row = size_t(cols) * e;
-    prefetch_l2(p.weights + matrix + size_t(in.begin) * row, min(limit, size_t(in.end - in.begin) * row));
-  };
-  switch (in.op) {
-    case Op::QKV: return range(p.layers[in.layer].wqkv, d.hidden);
-    case Op::OProj: return range(p.layers[in.layer].wo, d.heads * d.head_dim);
-    case Op::GateUp:
-      range(p.layers[in.layer].w_gate, d.hidden);
-      return range(p.layers[in.layer].w_up, d.hidden);
-    case Op::Down: return range(p.layers[in.layer].w_down, d.intermediate);
-    case Op::LMHead: return range(p.lm_head, d.hidden);
-    default: return;
-  }
-}
-
 __device__ __forceinline__ uint32_t wait_target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
 
 // Thread 0 spins until the counter reaches the target.
@@ -772,9 +793,13 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   __shared__ uint4 current_storage[(sizeof(Instr) + 15) / 16];
   Instr& current = *reinterpret_cast<Instr*>(current_storage);
   __shared__ uint32_t stopped;
+  __shared__ StreamState stream_state;
   const uint32_t wg = blockIdx.x;
   const uint32_t begin = p.wg_begin[wg], end = p.wg_begin[wg + 1];
   unsigned long long* prof = p.profiling ? p.profile + size_t(wg) * kNumOps * 2 : nullptr;
+  WeightStream ws{p, stream_state, reinterpret_cast<uint8_t*>(dynamic_smem) + p.stream_ring_offset, begin, end};
+  if (threadIdx.x == 0) ws.init();
+  __syncthreads();
 
   for (uint32_t step = 0; step < uint32_t(p.max_steps); ++step) {
     if (step > 0) {  // step gate: the previous step's Sample has run; did it end the launch?
@@ -788,24 +813,27 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (stop) break;
       if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
-    Machine<kFp16> m{p, reinterpret_cast<float*>(dynamic_smem), red, step};
+    Machine<kFp16> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     for (uint32_t i = begin; i < end; ++i) {
       unsigned long long t0 = 0, t1 = 0;
       if (threadIdx.x == 0) {
         current = p.instrs[i];
         if (prof) t0 = global_timer_ns();
-        prefetch_instruction_weights(p, current, size_t(p.prefetch_bytes));
+        // Weights do not depend on activations: start streaming them before waiting for the inputs.
+        if (ws.enabled()) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         for (int w = 0; w < current.num_waits; ++w)
           spin_until(p.counters + current.waits[w].counter, wait_target(current.waits[w], step));
         if (prof) t1 = global_timer_ns();
       }
       __syncthreads();
       const Instr in = current;
+      m.index = i;
       m.execute(in);
       __syncthreads();
       if (threadIdx.x == 0) {
         __threadfence();
         add_release(p.counters + in.signal, 1u);
+        stream_state.base += stream_chunks(p, in, step);
         p.progress[2 * wg] = step;
         p.progress[2 * wg + 1] = i - begin + 1;
         if (prof) {
@@ -816,7 +844,10 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       }
     }
   }
-  if (threadIdx.x == 0) p.progress[2 * wg + 1] = 0xffffffffu;
+  if (threadIdx.x == 0) {
+    if (ws.enabled()) ws.drain();  // chunks issued ahead for steps that did not run
+    p.progress[2 * wg + 1] = 0xffffffffu;
+  }
 }
 
 const void* monokernel_entry(bool fp16) {

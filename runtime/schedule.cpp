@@ -130,7 +130,9 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   };
   std::vector<LayerCounters> lc(size_t(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
-    for (int g = 0; g < groups; ++g) lc[size_t(l)].qkv.push_back(b.counter(fmt::format("layer {} qkv group {}", l, g)));
+    if (p.stage_barriers) lc[size_t(l)].qkv.assign(size_t(groups), b.counter(fmt::format("layer {} qkv", l)));
+    else
+      for (int g = 0; g < groups; ++g) lc[size_t(l)].qkv.push_back(b.counter(fmt::format("layer {} qkv group {}", l, g)));
     lc[size_t(l)].attention = b.counter(fmt::format("layer {} attention", l));
     lc[size_t(l)].oproj = b.counter(fmt::format("layer {} o_proj", l));
     lc[size_t(l)].gateup = b.counter(fmt::format("layer {} gate_up", l));
@@ -162,7 +164,8 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     for (int g = 0; g < groups; ++g)
       for (int sp = 0; sp < s.attention_splits; ++sp) {
         Instr in = make(Op::Attention, l, uint32_t(g), uint32_t(sp), L.attention);
-        add_wait(in, L.qkv[size_t(g)], blocks_per_group);  // dataflow: only this group's rows
+        // Dataflow: only this group's rows (stage barriers: all groups' rows, one shared counter).
+        add_wait(in, L.qkv[size_t(g)], blocks_per_group * (p.stage_barriers ? uint32_t(groups) : 1u));
         items.push_back(in);
       }
     b.stage(std::move(items));

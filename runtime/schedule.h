@@ -53,6 +53,9 @@ static_assert(sizeof(Instr) == 48, "Instr is shared with the GPU: keep its layou
 struct ScheduleParams {
   int num_workgroups = 132;
   int attention_splits = 0;  // splits of the KV cache per kv head; 0: one per workgroup per kv head (max 32)
+  // true: every instruction waits for the whole previous stage (the flat-barrier schedule, kept as the
+  // baseline that issue 4 measures against); false: attention waits only for its kv group's QKV rows.
+  bool stage_barriers = false;
 };
 
 struct Schedule {

@@ -126,6 +126,33 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   expect_matches_reference(*model, prompt, opt, 12);
 }
 
+TEST(Schedule, StageBarrierScheduleMakesAttentionWaitForEveryGroup) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "emu-flat");
+  const Schedule dataflow = build_schedule(model->config, ScheduleParams{16, 0, false});
+  const Schedule flat = build_schedule(model->config, ScheduleParams{16, 0, true});
+  const int groups = model->config.num_kv_heads;
+  ASSERT_GT(groups, 1);
+  EXPECT_EQ(flat.num_counters() + uint32_t((groups - 1) * model->config.num_layers), dataflow.num_counters());
+  for (size_t i = 0; i < flat.instrs.size(); ++i) {
+    if (flat.instrs[i].op != Op::Attention) continue;
+    ASSERT_EQ(flat.instrs[i].num_waits, 1);
+    EXPECT_EQ(flat.instrs[i].waits[0].per_step, uint32_t(groups) * dataflow.instrs[i].waits[0].per_step);
+  }
+  // And it computes the same thing as the dataflow schedule, with every access ordered.
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 48;
+  opt.record_logits = true;
+  opt.check_dependencies = true;
+  Emulator with_barriers(*model, flat, opt), with_dataflow(*model, dataflow, opt);
+  const auto a = greedy(with_barriers, {2, 7, 11}, 6), b = greedy(with_dataflow, {2, 7, 11}, 6);
+  ASSERT_EQ(a.tokens.size(), 6u);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(with_barriers.recorded_logits(), with_dataflow.recorded_logits());
+}
+
 TEST(Schedule, SplitRangesCoverTheCacheExactlyOnce) {
   for (int S : {1, 3, 8, 16, 32})
     for (int n : {1, 2, 127, 128, 129, 300, 1000, 4097}) {
