@@ -15,9 +15,7 @@
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
 
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
+#include "mk_git_commit.h"  // generated at build time: MK_GIT_COMMIT
 
 namespace {
 

@@ -29,9 +29,7 @@
 #include "topology/sync_grouping.h"
 #include "topology/topology.h"
 
-#ifndef MK_GIT_COMMIT
-#define MK_GIT_COMMIT "unknown"
-#endif
+#include "mk_git_commit.h"  // generated at build time: MK_GIT_COMMIT
 
 namespace {
 

@@ -15,9 +15,10 @@ inline constexpr int kMaxEosIds = 8;
 inline constexpr int kSampleBins = 2048;  // radix-select histogram (11 bits a pass)
 inline constexpr int kMaxStreamSlots = 16;  // shared-memory slots of the weight stream (device/weight_stream.h)
 
-// Positions of K/V staged in shared memory per attention tile: about 32 KiB of K plus V.
+// Positions of K/V staged in shared memory per attention tile: up to ~36 KiB of K plus V, so that a
+// whole split (kPositionsPerSplit = 128 positions) of a 64-wide head is one tile.
 MK_HD_INLINE int attention_tile_positions(int head_dim) {
-  const int t = (32 * 1024) / (2 * 2 * (head_dim + 2));
+  const int t = (36 * 1024) / (2 * 2 * (head_dim + 2));
   return t > 128 ? 128 : t;
 }
 

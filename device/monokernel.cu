@@ -378,6 +378,48 @@ struct Machine {
     sync_warp();
   }
 
+  // Copies cache rows [t0, t0 + n) of K and V into the shared-memory tile, rows padded by 2 elements so
+  // that a thread per position reads conflict-free.
+  __device__ void stage_tile(size_t cache_base, int t0, int nt, const AttentionSmem& a) {
+    const int hd = p.dims.head_dim;
+    const int row8 = hd / 8;  // 16-byte pieces per K/V row
+    const uint4* ksrc = reinterpret_cast<const uint4*>(p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
+    const uint4* vsrc = reinterpret_cast<const uint4*>(p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
+    constexpr int kBatch = 4;
+    for (int b0 = threadIdx.x; b0 < 2 * nt * row8; b0 += kThreads * kBatch) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = b0 + k * kThreads;
+        v[k] = i < nt * row8 ? load_fresh(ksrc + i) : i < 2 * nt * row8 ? load_fresh(vsrc + (i - nt * row8)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        const int i = b0 + k * kThreads;
+        if (i >= 2 * nt * row8) break;
+        const int j = i < nt * row8 ? i : i - nt * row8;
+        uint16_t* dst = (i < nt * row8 ? a.k : a.v) + (j / row8) * a.stride + (j % row8) * 8;
+        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) reinterpret_cast<uint32_t*>(dst)[e] = w[e];  // rows are 4-byte aligned
+      }
+    }
+  }
+
+  // Before an attention instruction waits for this step's QKV: stages the cached rows of its first tile,
+  // which do not depend on this step (positions < pos, written in earlier steps, ordered before this one
+  // by the step gate), so one HBM round trip leaves the critical path. All threads.
+  __device__ void attention_prestage(const Instr& in) {
+    const ModelDims& d = p.dims;
+    const int pos = p.start + int(step);
+    int p0, p1;
+    attention_split_range(pos + 1, d.attention_splits, int(in.end), &p0, &p1);
+    const AttentionSmem a = attention_smem(d, smem);
+    const int cached = min(min(a.tile, p1 - p0), pos - p0);
+    const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(p.context);
+    if (cached > 0) stage_tile(cache_base, p0, cached, a);
+  }
+
   // Attention for kv group g over its split of the cache, for all G query heads of the group. The cache
   // slice is walked in tiles of K/V rows staged in shared memory (one load round trip per tile), with an
   // online softmax across tiles. Writes this split's (m, l, unnormalised o) per head for o_proj.
@@ -412,40 +454,23 @@ struct Machine {
     if (int(threadIdx.x) < G) a.m[threadIdx.x] = -INFINITY, a.l[threadIdx.x] = 0.f;
     __syncthreads();
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + g) * size_t(p.context);
-    if (owns_new) {  // append this position's K and V
+    if (owns_new) {  // append this position's K and V (and put them in the first tile if they fall there)
+      const bool in_first_tile = pos - p0 < a.tile;
       for (int i = threadIdx.x; i < hd; i += kThreads) {
-        p.k_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(a.group[G * hd + i]);
-        p.v_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = float_to_bf16_bits(a.group[(G + 1) * hd + i]);
+        const uint16_t kb = float_to_bf16_bits(a.group[G * hd + i]), vb = float_to_bf16_bits(a.group[(G + 1) * hd + i]);
+        p.k_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = kb;
+        p.v_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = vb;
+        if (in_first_tile) a.k[(pos - p0) * a.stride + i] = kb, a.v[(pos - p0) * a.stride + i] = vb;
       }
       __syncthreads();
     }
 
     const float scale = 1.0f / sqrtf(float(hd));
-    const int row8 = hd / 8;  // 16-byte pieces per K/V row
     for (int t0 = p0; t0 < p1; t0 += a.tile) {
       const int nt = min(a.tile, p1 - t0);
-      // Stage the tile: rows padded by 2 elements so that a thread per position reads conflict-free.
-      const uint4* ksrc = reinterpret_cast<const uint4*>(p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
-      const uint4* vsrc = reinterpret_cast<const uint4*>(p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
-      constexpr int kBatch = 4;
-      for (int b0 = threadIdx.x; b0 < 2 * nt * row8; b0 += kThreads * kBatch) {
-        uint4 v[kBatch];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          const int i = b0 + k * kThreads;
-          v[k] = i < nt * row8 ? load_fresh(ksrc + i) : i < 2 * nt * row8 ? load_fresh(vsrc + (i - nt * row8)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-          const int i = b0 + k * kThreads;
-          if (i >= 2 * nt * row8) break;
-          const int j = i < nt * row8 ? i : i - nt * row8;
-          uint16_t* dst = (i < nt * row8 ? a.k : a.v) + (j / row8) * a.stride + (j % row8) * 8;
-          const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) reinterpret_cast<uint32_t*>(dst)[e] = w[e];  // rows are 4-byte aligned
-        }
-      }
+      // The first tile's cached rows were staged before the wait (attention_prestage); its new row, if
+      // any, was written from the group's K/V above.
+      if (t0 != p0) stage_tile(cache_base, t0, nt, a);
       __syncthreads();
       // Scores, a thread per (head, position).
       for (int idx = threadIdx.x; idx < G * nt; idx += kThreads) {
@@ -816,9 +841,10 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
     Machine<kFp16> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     for (uint32_t i = begin; i < end; ++i) {
       unsigned long long t0 = 0, t1 = 0;
+      if (threadIdx.x == 0 && prof) t0 = global_timer_ns();
+      if (p.instrs[i].op == Op::Attention) m.attention_prestage(p.instrs[i]);  // all threads: no inputs of this step
       if (threadIdx.x == 0) {
         current = p.instrs[i];
-        if (prof) t0 = global_timer_ns();
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
         if (ws.enabled()) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         for (int w = 0; w < current.num_waits; ++w)
