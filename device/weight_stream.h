@@ -35,8 +35,8 @@ struct StreamState {
   volatile uint32_t issued;        // chunks issued so far in this launch
   uint32_t base;                   // sequence number of the current instruction's first chunk
   // Producer cursor (thread 0 only): instruction `index` (of this workgroup's list) at step `step` is
-  // the one being issued; `chunks_left` of its chunks remain, starting at row `next_row` (relative to its
-  // first row). `loaded`: the fields below `index` describe it.
+  // the one being issued; `chunks_left` of its chunks (`rows_left` rows) remain, the next one read from
+  // `next_src` (per part). `loaded`: the fields below `index` describe that instruction.
   uint32_t step, index, loaded, chunks_left, rows_left;
   const uint8_t* next_src[2];
   uint32_t rows_per_chunk, row_bytes, parts;
@@ -79,12 +79,16 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   return true;
 }
 
-// Chunks an instruction streams at `step` (the LM head skips prompt steps: nobody reads their logits).
+// Chunks an instruction streams at `step`, with its shape in `s` (the LM head skips prompt steps: nobody
+// reads their logits).
+__device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step, GemvShape* s) {
+  if (!gemv_shape(p, in, s)) return 0;
+  if (in.op == Op::LMHead && int(step) + 1 < p.ingest) return 0;
+  return s->chunks();
+}
 __device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step) {
   GemvShape s;
-  if (!gemv_shape(p, in, &s)) return 0;
-  if (in.op == Op::LMHead && int(step) + 1 < p.ingest) return 0;
-  return s.chunks();
+  return stream_chunks(p, in, step, &s);
 }
 
 #if MK_HAS_BULK_COPY
@@ -171,11 +175,9 @@ struct WeightStream {
       }
       if (st.step >= uint32_t(p.max_steps)) return false;
       st.loaded = 1;
-      const Instr& in = p.instrs[st.index];
       GemvShape s;
-      st.chunks_left = stream_chunks(p, in, st.step);
+      st.chunks_left = stream_chunks(p, p.instrs[st.index], st.step, &s);
       if (st.chunks_left == 0) continue;
-      gemv_shape(p, in, &s);
       st.rows_left = s.rows();
       st.rows_per_chunk = uint32_t(s.rows_per_chunk);
       st.row_bytes = uint32_t(s.row_bytes);

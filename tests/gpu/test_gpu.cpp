@@ -2,6 +2,7 @@
 // fixtures. Built with MK_GPU=nvidia|amd; run on a machine with a GPU (scripts/gpu_check.sh).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -65,52 +66,56 @@ std::unique_ptr<Emulator> emulator_of(const Model& model, const GpuBackend& gpu,
   return std::make_unique<Emulator>(model, gpu.schedule(), opt);
 }
 
+// Greedy generation of `n` tokens from `prompt` on the GPU and on an emulator running the GPU's own
+// schedule: the same tokens (expect_same_tokens), and, if they are identical, last-step logits within
+// bf16 tolerance. Prints the comparison, labelled `what`.
+void expect_gpu_matches_emulator(const Model& model, GpuBackend& gpu, int context, const std::vector<int32_t>& prompt,
+                                 int n, const std::string& what) {
+  auto emulator = emulator_of(model, gpu, context);
+  const auto g = run(gpu, prompt, n), e = run(*emulator, prompt, n);
+  expect_same_tokens(g.tokens, e.tokens, emulator->recorded_logits(), what);
+  // The emulator keeps its last step's logits; the GPU's last_logits() are of the same step.
+  const auto cmp = test::compare_logits(emulator->recorded_logits().back(), gpu.last_logits());
+  if (g.tokens == e.tokens) {
+    EXPECT_LT(cmp.relative_error, 1e-3) << cmp.summary();
+  }
+  std::printf("%s: %d tokens, last-step logits vs emulator: %s\n", what.c_str(), n, cmp.summary().c_str());
+}
+
 struct ArchCase {
   Arch arch;
   DType dtype;
   bool tied;
 };
 
-class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
-
-TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
+// The tiny model of one architecture case, generating without EOS.
+std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   TinyModelSpec spec;
-  spec.arch = GetParam().arch;
-  spec.dtype = GetParam().dtype;
-  spec.tied = GetParam().tied;
+  spec.arch = c.arch;
+  spec.dtype = c.dtype;
+  spec.tied = c.tied;
   spec.llama3_rope = spec.arch == Arch::Llama;
   spec.eos = {};
   if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
-  auto model = tiny(spec, "gpu-emu");
+  return tiny(spec, tag);
+}
+
+class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
+
+TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
+  auto model = tiny_of(GetParam(), "gpu-emu");
   GpuOptions gopt;
   gopt.context = 256;
   auto gpu = create_gpu_backend(*model, gopt);
-  auto emulator = emulator_of(*model, *gpu, 256);
-  Emulator& emu = *emulator;
-  const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
-  const auto g = run(*gpu, prompt, 64), e = run(emu, prompt, 64);
-  expect_same_tokens(g.tokens, e.tokens, emu.recorded_logits(), arch_name(spec.arch));
-  // The logits of the last step agree within bf16 tolerance (the emulator keeps its last step's logits).
-  const auto cmp = test::compare_logits(emu.recorded_logits().back(), gpu->last_logits());
-  if (g.tokens == e.tokens) {
-    EXPECT_LT(cmp.relative_error, 1e-3) << cmp.summary();
-  }
-  std::printf("%s %s: 64 tokens, last-step logits vs emulator: %s\n", arch_name(spec.arch),
-              std::string(dtype_name(spec.dtype)).c_str(), cmp.summary().c_str());
+  expect_gpu_matches_emulator(*model, *gpu, 256, {1, 7, 42, 99, 3}, 64,
+                              std::string(arch_name(GetParam().arch)) + " " + std::string(dtype_name(GetParam().dtype)));
 }
 
 // The other engine configurations on the same check: weights through registers (the AMD path), and the
 // stage-barrier schedule on a weight stream of two 1 KiB slots that issues 3 instructions ahead, so the
 // ring wraps many times per instruction and chunks are issued across step boundaries.
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
-  TinyModelSpec spec;
-  spec.arch = GetParam().arch;
-  spec.dtype = GetParam().dtype;
-  spec.tied = GetParam().tied;
-  spec.llama3_rope = spec.arch == Arch::Llama;
-  spec.eos = {};
-  if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
-  auto model = tiny(spec, "gpu-emu-engines");
+  auto model = tiny_of(GetParam(), "gpu-emu-engines");
   for (int variant = 0; variant < 2; ++variant) {
     GpuOptions gopt;
     gopt.context = 128;
@@ -124,17 +129,8 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
       gopt.stream_early = -1;
     }
     auto gpu = create_gpu_backend(*model, gopt);
-    SCOPED_TRACE(gpu->name());
-    auto emulator = emulator_of(*model, *gpu, 128);
-    const std::vector<int32_t> prompt = {1, 7, 42, 99, 3};
-    const auto g = run(*gpu, prompt, 40), e = run(*emulator, prompt, 40);
-    expect_same_tokens(g.tokens, e.tokens, emulator->recorded_logits(), arch_name(spec.arch));
-    const auto cmp = test::compare_logits(emulator->recorded_logits().back(), gpu->last_logits());
-    if (g.tokens == e.tokens) {
-      EXPECT_LT(cmp.relative_error, 1e-3) << cmp.summary();
-    }
-    std::printf("%s, %s: 40 tokens, last-step logits vs emulator: %s\n", arch_name(spec.arch), gpu->name().c_str(),
-                cmp.summary().c_str());
+    expect_gpu_matches_emulator(*model, *gpu, 128, {1, 7, 42, 99, 3}, 40,
+                                std::string(arch_name(GetParam().arch)) + ", " + gpu->name());
   }
 }
 
@@ -159,19 +155,11 @@ TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
     gopt.context = 800;
     gopt.attention_splits = splits;
     auto gpu = create_gpu_backend(*model, gopt);
-    auto emulator = emulator_of(*model, *gpu, 800);
-    Emulator& emu = *emulator;
     std::vector<int32_t> prompt(700);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
-    const auto g = run(*gpu, prompt, 32), e = run(emu, prompt, 32);
-    expect_same_tokens(g.tokens, e.tokens, emu.recorded_logits(), "700-token prompt");
-    const auto cmp = test::compare_logits(emu.recorded_logits().back(), gpu->last_logits());
-    if (g.tokens == e.tokens) {
-      EXPECT_LT(cmp.relative_error, 1e-3) << cmp.summary();
-    }
-    std::printf("700-token prompt, %d active splits of %d: last-step logits vs emulator: %s\n",
-                active_attention_splits(732, gpu->schedule().attention_splits), gpu->schedule().attention_splits,
-                cmp.summary().c_str());
+    const int S = gpu->schedule().attention_splits;
+    expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 32,
+                                fmt::format("700-token prompt, {} active splits of {}", active_attention_splits(732, S), S));
   }
 }
 
