@@ -24,7 +24,8 @@ struct DepthResult {
   std::vector<double> ms_per_token;  // one per repetition
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double bytes_per_token = 0;
-  std::vector<double> exec_us, wait_us;  // per op, per token, averaged over workgroups (profile)
+  // Per op, per token, averaged over workgroups (profile); prologue and signal are parts of exec.
+  std::vector<double> exec_us, wait_us, prologue_us, signal_us;
 };
 
 double median(std::vector<double> v) {
@@ -104,6 +105,8 @@ int run(int argc, char** argv) {
     r.depth = depth;
     r.exec_us.assign(mk::kNumOps, 0.0);
     r.wait_us.assign(mk::kNumOps, 0.0);
+    r.prologue_us.assign(mk::kNumOps, 0.0);
+    r.signal_us.assign(mk::kNumOps, 0.0);
     for (int rep = 0; rep < reps + 1; ++rep) {  // repetition 0 warms up
       gpu->reset();
       if (depth > 0) gpu->fill_context_for_benchmark(depth, 99 + uint64_t(rep));
@@ -122,6 +125,8 @@ int run(int argc, char** argv) {
         for (int op = 0; op < mk::kNumOps; ++op) {
           r.exec_us[size_t(op)] += p.exec_seconds[size_t(op)] * per;
           r.wait_us[size_t(op)] += p.wait_seconds[size_t(op)] * per;
+          r.prologue_us[size_t(op)] += p.prologue_seconds[size_t(op)] * per;
+          r.signal_us[size_t(op)] += p.signal_seconds[size_t(op)] * per;
         }
       }
     }
@@ -149,7 +154,10 @@ int run(int argc, char** argv) {
                           {"pct_read_ceiling", 100 * r.bytes_per_token / (r.median_ms * 1e-3) / 1e9 / ceilings.read_gbps}};
       if (profile)
         for (int op = 0; op < mk::kNumOps; ++op)
-          d["profile_us"][mk::op_name(mk::Op(op))] = {{"exec", r.exec_us[size_t(op)]}, {"wait", r.wait_us[size_t(op)]}};
+          d["profile_us"][mk::op_name(mk::Op(op))] = {{"exec", r.exec_us[size_t(op)]},
+                                                      {"wait", r.wait_us[size_t(op)]},
+                                                      {"prologue", r.prologue_us[size_t(op)]},
+                                                      {"signal", r.signal_us[size_t(op)]}};
       j["depths"].push_back(d);
     }
     fmt::print("{}\n", j.dump(2));
@@ -174,11 +182,15 @@ int run(int argc, char** argv) {
                100 * gbps / ceilings.copy_gbps);
   }
   if (profile) {
-    fmt::print("\nper-instruction time per token, averaged over workgroups (us): exec / waiting on counters\n");
+    fmt::print("\nper-instruction time per token, averaged over workgroups (us): exec / waiting on counters;\n"
+               "of exec: prologue (inputs into shared memory) and signal (counter release)\n");
     for (const auto& r : results) {
       fmt::print("depth {:>6}:", r.depth);
       for (int op = 0; op < mk::kNumOps; ++op)
         fmt::print("  {} {:.1f}/{:.1f}", mk::op_name(mk::Op(op)), r.exec_us[size_t(op)], r.wait_us[size_t(op)]);
+      fmt::print("\n{:>13}", "");
+      for (int op = 0; op < mk::kNumOps; ++op)
+        fmt::print("  {} pro {:.1f} sig {:.1f}", mk::op_name(mk::Op(op)), r.prologue_us[size_t(op)], r.signal_us[size_t(op)]);
       fmt::print("\n");
     }
   }

@@ -27,6 +27,18 @@ __device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
 #endif
 }
 
+// Every thread of a workgroup, before the barrier after which one thread release-adds the workgroup's
+// "done" counter. NVIDIA: nothing to do: bar.sync orders the block's writes before thread 0's
+// red.release.gpu, and a release is cumulative over what its thread has synchronised with (PTX memory
+// model), so one release covers the whole block. AMD: thread 0's agent-scope release waits only for its
+// own wave's memory counters, so each wave first makes its own stores agent-visible (on gfx94x: L2
+// write-back) before the barrier.
+__device__ __forceinline__ void release_block_writes() {
+#if defined(MK_PLATFORM_AMD)
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "agent");
+#endif
+}
+
 // Plain release store and relaxed accesses at device scope (barrier flags, generation words).
 __device__ __forceinline__ void store_release_gpu(unsigned* p, unsigned v) {
 #if defined(MK_PLATFORM_NVIDIA)

@@ -253,8 +253,13 @@ class MonokernelBackend final : public GpuBackend {
   // Largest dynamic shared memory any instruction needs (see the kernel's use of `smem`).
   size_t shared_memory_bytes() const {
     const size_t warps = size_t(dev::kThreads / 32);  // NVIDIA warps; AMD has fewer (64-lane waves)
-    const size_t gemv = size_t(std::max({cfg_.hidden_size + 2 * int(warps), cfg_.intermediate_size,
-                                          cfg_.q_dim() + 3 * cfg_.num_heads * schedule_.attention_splits}));
+    // GEMVs with a norm: the activations, then the staged norm weight (hidden each). o_proj / down: their
+    // activation data, then the residual rows they add to (the kernel's residual_rows()).
+    uint32_t residual_rows = 0;
+    for (const Instr& in : schedule_.instrs)
+      if (in.op == Op::OProj || in.op == Op::Down) residual_rows = std::max(residual_rows, in.end - in.begin);
+    const size_t residual_offset = std::max(size_t(cfg_.intermediate_size), size_t(cfg_.q_dim()) + dev::attention_ml_floats(dims()));
+    const size_t gemv = std::max({size_t(2 * cfg_.hidden_size + 2 * int(warps)), residual_offset + residual_rows});
     const size_t attention = dev::attention_smem_bytes(dims()) / sizeof(float) + 1;
     const size_t sampler = dev::kSampleBins + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + warps + 4;
     return std::max({gemv, attention, sampler}) * sizeof(float);
@@ -311,7 +316,7 @@ class MonokernelBackend final : public GpuBackend {
     x_.allocate(H * 4, "x");
     qkv_.allocate(size_t(layout_.qkv_rows) * 4, "qkv");
     att_o_.allocate(size_t(cfg_.num_heads) * S * hd * 4, "attention partials");
-    att_ml_.allocate(size_t(cfg_.num_heads) * S * 2 * 4, "attention partials");
+    att_ml_.allocate(dev::attention_ml_floats(dims()) * 4, "attention partials");  // whole 16-byte pieces: o_proj copies them so
     h_.allocate(size_t(cfg_.intermediate_size) * 4, "mlp activations");
     logits_.allocate(size_t(cfg_.vocab_size) * 4, "logits");
     lm_value_.allocate(size_t(schedule_.lm_head_slots) * 4, "lm_head partials");
@@ -319,7 +324,7 @@ class MonokernelBackend final : public GpuBackend {
     k_cache_.allocate(kv_bytes() / 2, "the K cache");
     v_cache_.allocate(kv_bytes() / 2, "the V cache");
     tokens_.allocate((size_t(opt_.context) + 1) * sizeof(int32_t), "tokens");
-    profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * 2 * sizeof(unsigned long long), "profile counters");
+    profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
     // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag.
     const size_t max_tokens = size_t(opt_.context) + 1;
     tokens_offset_ = sizeof(dev::HostChannel);
@@ -450,15 +455,18 @@ class MonokernelBackend final : public GpuBackend {
     for (size_t i = 0; i < result.tokens.size(); ++i)
       profile_result_.token_seconds.push_back(double(times[i] - times[0]) * 1e-9);
     if (!opt_.profile) return;
-    std::vector<unsigned long long> raw(size_t(schedule_.num_workgroups) * kNumOps * 2);
+    std::vector<unsigned long long> raw(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields);
     MK_GPU_CHECK(hipMemcpy(raw.data(), profile_.ptr, raw.size() * sizeof(unsigned long long), hipMemcpyDeviceToHost));
-    profile_result_.exec_seconds.assign(kNumOps, 0.0);
-    profile_result_.wait_seconds.assign(kNumOps, 0.0);
+    std::vector<double>* fields[dev::kProfileFields] = {};
+    fields[dev::kProfExec] = &profile_result_.exec_seconds;
+    fields[dev::kProfWait] = &profile_result_.wait_seconds;
+    fields[dev::kProfPrologue] = &profile_result_.prologue_seconds;
+    fields[dev::kProfSignal] = &profile_result_.signal_seconds;
+    for (auto* f : fields) f->assign(kNumOps, 0.0);
     for (int w = 0; w < schedule_.num_workgroups; ++w)
-      for (int op = 0; op < kNumOps; ++op) {
-        profile_result_.exec_seconds[size_t(op)] += double(raw[(size_t(w) * kNumOps + size_t(op)) * 2]) * 1e-9;
-        profile_result_.wait_seconds[size_t(op)] += double(raw[(size_t(w) * kNumOps + size_t(op)) * 2 + 1]) * 1e-9;
-      }
+      for (int op = 0; op < kNumOps; ++op)
+        for (int k = 0; k < dev::kProfileFields; ++k)
+          (*fields[k])[size_t(op)] += double(raw[(size_t(w) * kNumOps + size_t(op)) * dev::kProfileFields + size_t(k)]) * 1e-9;
   }
 
   const Model& model_;

@@ -41,8 +41,9 @@ struct GpuOptions {
 // Per-token device timestamps and (when profiling) time per instruction kind, from the last generate().
 struct GpuRunProfile {
   std::vector<double> token_seconds;  // device time of each sampled token since the launch started
-  // Summed over workgroups, per Op: seconds spent executing, seconds spent waiting on counters.
-  std::vector<double> exec_seconds, wait_seconds;
+  // Summed over workgroups, per Op: seconds spent executing, seconds spent waiting on counters; of the
+  // executing part, the prologue (activations into shared memory) and the signal (counter release).
+  std::vector<double> exec_seconds, wait_seconds, prologue_seconds, signal_seconds;
   int num_workgroups = 0;
 };
 

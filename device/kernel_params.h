@@ -14,6 +14,10 @@ inline constexpr int kThreads = 512;       // one workgroup (CTA) per SM/CU
 inline constexpr int kMaxEosIds = 8;
 inline constexpr int kSampleBins = 2048;  // radix-select histogram (11 bits a pass)
 inline constexpr int kMaxStreamSlots = 16;  // shared-memory slots of the weight stream (device/weight_stream.h)
+// Profile counters per workgroup and Op (nanoseconds, summed over steps): the whole instruction after its
+// inputs were ready, the wait for them, the prologue part of the first (activations into shared memory),
+// and the signal at the end (counter release).
+enum ProfileField { kProfExec, kProfWait, kProfPrologue, kProfSignal, kProfileFields };
 
 // Positions of K/V staged in shared memory per attention tile: up to ~36 KiB of K plus V, so that a
 // whole split (kPositionsPerSplit = 128 positions) of a 64-wide head is one tile.
@@ -40,6 +44,10 @@ inline size_t attention_smem_bytes(const ModelDims& d) {
   const size_t floats = size_t((G + 2) * hd + hd + G * hd + 3 * G + G * tile);
   return floats * 4 + size_t(2 * tile * (hd + 2)) * 2;
 }
+
+// Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces
+// (o_proj copies them into shared memory in 16-byte asynchronous copies).
+MK_HD_INLINE size_t attention_ml_floats(const ModelDims& d) { return (size_t(d.heads) * size_t(d.attention_splits) * 2 + 3) / 4 * 4; }
 
 // Written by the kernel into host-mapped memory while it runs.
 struct HostChannel {
@@ -80,7 +88,7 @@ struct KernelParams {
   unsigned long long* out_token_time_ns;
   uint32_t* progress;     // per workgroup: (step << 16) | (instruction index + 1), 0xffffffff when done
   const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
-  // Profiling (optional): per workgroup, per Op: exec ns, wait ns.
+  // Profiling (optional): per workgroup, per Op, kProfileFields counters.
   unsigned long long* profile;
   int profiling;
   // Weight stream (device/weight_stream.h): `stream_slots` slots of `stream_slot_bytes` at byte

@@ -2,6 +2,7 @@
 // token after token, until Sample stops the launch. Each instruction waits (acquire) on its counters,
 // runs, and signals (release) its counter. Same semantics as host/emulator/emulator.cpp, which is the
 // readable model of what each instruction computes.
+#include "device/async_copy.h"
 #include "device/device_atomics.h"
 #include "device/gpu.h"
 #include "device/kernel_params.h"
@@ -116,11 +117,6 @@ __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
 // natural order would make lanes 32 bytes apart collide on banks.
 // Float4 index, in the planes, of float4 q (elements 4q..4q+3) of an n-element vector.
 __device__ __forceinline__ int plane_quad(int q, int n8) { return (q & 1) ? n8 + (q >> 1) : (q >> 1); }
-// Element of the natural order stored at plane position j (the inverse of plane_index).
-__device__ __forceinline__ int natural_index(int j, int n8) {
-  const int q = j >> 2;
-  return (q < n8 ? 8 * q : 8 * (q - n8) + 4) + (j & 3);
-}
 
 // The first batch of 16-byte weight loads of two rows (the rest follow in warp_two_row_dot).
 constexpr int kUnroll = 4;
@@ -201,14 +197,23 @@ __device__ void load_to_planes(const float* src, int n, float* dst) {
   }
 }
 
-// xs = RMSNorm(x) * weight, in shared memory, in planes.
-__device__ void rms_norm_to_planes(const float* x, const float* weight, int n, float eps, float* xs, float* red) {
+// Starts copying an n-element f32 norm weight (constant) into shared memory in the planes' order; the
+// copies land while the instruction waits for its inputs (rms_norm_to_planes waits for them).
+__device__ void stage_norm_weight(const float* weight, int n, float* dst) {
+  const int n8 = n / 8;
+  for (int q = threadIdx.x; q < n / 4; q += kThreads) copy_async_16(dst + 4 * plane_quad(q, n8), weight + 4 * q);
+}
+
+// xs = RMSNorm(x) * weight, in shared memory, in planes; `weight_planes`: the weight as staged by
+// stage_norm_weight (same plane order).
+__device__ void rms_norm_to_planes(const float* x, const float* weight_planes, int n, float eps, float* xs, float* red) {
   load_to_planes(x, n, xs);
+  wait_async_copies();
   __syncthreads();
   float ss = 0.f;
   for (int i = threadIdx.x; i < n; i += kThreads) ss += xs[i] * xs[i];
   const float inv = 1.0f / sqrtf(block_sum(ss, red) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = xs[i] * inv * weight[natural_index(i, n / 8)];
+  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = xs[i] * inv * weight_planes[i];
   __syncthreads();
 }
 
@@ -264,6 +269,30 @@ struct Machine {
   WeightStream& ws;
   uint32_t step;
   uint32_t index;  // of the running instruction in the workgroup's list
+  unsigned long long prologue_end = 0;  // profiling, thread 0: when the running instruction's inputs were in place
+
+  __device__ void mark_prologue_end() {
+    if (threadIdx.x == 0 && p.profiling) prologue_end = global_timer_ns();
+  }
+
+  // Where a GEMV with a norm keeps its norm weight: right after its activation vector (hidden floats).
+  __device__ float* staged_norm() const { return smem + p.dims.hidden; }
+  // Where o_proj / down keep the residual rows x[begin, end) they add to (after their activation data).
+  __device__ float* residual_rows() const {
+    const ModelDims& d = p.dims;
+    return smem + max(size_t(d.intermediate), size_t(d.heads * d.head_dim) + attention_ml_floats(d));
+  }
+  // Thread t fetches residual row begin + t with the prologue's other loads (one round trip for all) and
+  // stores it after them; rows beyond the block size (tiny grids only) are copied afterwards.
+  __device__ float fetch_residual(const Instr& in) const {
+    return threadIdx.x < in.end - in.begin ? load_fresh(p.x + in.begin + threadIdx.x) : 0.f;
+  }
+  __device__ void store_residual(const Instr& in, float fetched) const {
+    float* res = residual_rows();
+    const uint32_t rows = in.end - in.begin;
+    if (threadIdx.x < rows) res[threadIdx.x] = fetched;
+    for (uint32_t i = threadIdx.x + kThreads; i < rows; i += kThreads) res[i] = load_fresh(p.x + in.begin + i);
+  }
 
   __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
   __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
@@ -284,6 +313,7 @@ struct Machine {
     GemvShape s;
     gemv_shape(p, in, &s);
     prologue();
+    mark_prologue_end();
     const float4* x = reinterpret_cast<const float4*>(smem);
     if (ws.enabled()) streamed(s, x, emit);
     else registers(s, x, emit);
@@ -355,7 +385,7 @@ struct Machine {
     const ModelDims& d = p.dims;
     const float* bias = d.qkv_bias ? f32(L.bqkv) : nullptr;
     gemv(
-        in, [&] { rms_norm_to_planes(p.x, f32(L.attn_norm), d.hidden, d.rms_eps, smem, red); },
+        in, [&] { rms_norm_to_planes(p.x, staged_norm(), d.hidden, d.rms_eps, smem, red); },
         [&](uint32_t r, float v, float) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
   }
 
@@ -420,6 +450,20 @@ struct Machine {
     if (cached > 0) stage_tile(cache_base, p0, cached, a);
   }
 
+  // Before an instruction waits for its inputs (all threads): starts loading what does not depend on this
+  // step, so that its round trip overlaps the wait.
+  __device__ void prestage(const Instr& in) {
+    switch (in.op) {
+      case Op::Attention: return attention_prestage(in);
+      case Op::QKV: return stage_norm_weight(f32(p.layers[in.layer].attn_norm), p.dims.hidden, staged_norm());
+      case Op::GateUp: return stage_norm_weight(f32(p.layers[in.layer].mlp_norm), p.dims.hidden, staged_norm());
+      case Op::LMHead:  // not on prompt steps: lm_head() returns without waiting for the copies there
+        if (int(step) + 1 >= p.ingest) stage_norm_weight(f32(p.final_norm), p.dims.hidden, staged_norm());
+        return;
+      default: return;
+    }
+  }
+
   // Attention for kv group g over its split of the cache, for all G query heads of the group. The cache
   // slice is walked in tiles of K/V rows staged in shared memory (one load round trip per tile), with an
   // online softmax across tiles. Writes this split's (m, l, unnormalised o) per head for o_proj.
@@ -445,6 +489,7 @@ struct Machine {
       else reinterpret_cast<float4*>(a.sin)[i - q4 - h4] = reinterpret_cast<const float4*>(sin_row)[i - q4 - h4];
     }
     __syncthreads();
+    mark_prologue_end();
     if (p1 > p0 && warp_id() <= G) {  // q/k RMSNorm (Qwen3) and RoPE, a warp per head
       const bool is_k = warp_id() == G;
       const float* norm = d.qk_norm ? f32(is_k ? L.k_norm : L.q_norm) : nullptr;
@@ -530,77 +575,81 @@ struct Machine {
   __device__ void o_proj(const Instr& in) {
     const ModelDims& d = p.dims;
     const int hd = d.head_dim, S = d.attention_splits;
-    // Flash-decoding reduction of the splits of every head into shared memory. First the weight of each
-    // (head, split) = exp(m_s - M) / sum_s' l_s' exp(m_s' - M), once; then one pass over the partial outputs.
-    float* attn = smem;                            // heads * hd
-    float* weight = smem + size_t(d.heads) * hd;   // heads * S
-    // (m, l) of every (head, split) loaded once, in parallel; the per-head max and total from shared
-    // memory (a serial loop over the splits would wait one L2 round trip per split).
     // Only the splits active at this length hold data (attention_split_range).
     const int A = active_attention_splits(p.start + int(step) + 1, S);
+    // Flash-decoding reduction of the splits of every head into shared memory (planes), in one L2 round
+    // trip: the (m, l) of all (head, split) go to shared memory by asynchronous copies while each thread's
+    // loads of its 4 elements' partial outputs for all splits are in flight in registers; then each
+    // thread weighs its own: attn = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s. (Weights computed
+    // once per head, then the outputs loaded, cost two round trips and three barriers: ~5 us a layer in
+    // the profile at depth 1024.) More than kSplitsInFlight splits are merged batch by batch, with the
+    // running max rescaled as in an online softmax.
     auto combine = [&] {
-      float* ml = weight + size_t(d.heads) * S;  // heads * S * 2
-      for (int i = threadIdx.x; i < d.heads * A * 2; i += kThreads) {
-        const int hh = i / (2 * A), s = (i / 2) % A, c = i % 2;
-        ml[(hh * S + s) * 2 + c] = load_fresh(p.att_ml + (size_t(hh) * S + s) * 2 + c);
-      }
-      __syncthreads();
-      for (int hh = threadIdx.x; hh < d.heads; hh += kThreads) {
-        float M = -INFINITY;
-        for (int s = 0; s < A; ++s) M = fmaxf(M, ml[(hh * S + s) * 2]);
-        float total = 0.f;
-        for (int s = 0; s < A; ++s) {
-          const float ls = ml[(hh * S + s) * 2 + 1];
-          const float w = ls == 0.f ? 0.f : __expf(ml[(hh * S + s) * 2] - M);
-          weight[hh * S + s] = w;
-          total += w * ls;
-        }
-        for (int s = 0; s < A; ++s) weight[hh * S + s] /= total;
-      }
-      __syncthreads();
-      // Each thread takes 4 consecutive elements of one head and issues the loads of all splits before
-      // using any (one L2 round trip instead of one per split). An empty split has weight 0 and o = 0.
-      constexpr int kMaxSplitsInFlight = 8;  // 32 registers of loads in flight
+      constexpr int kSplitsInFlight = 12;
+      const float residual = fetch_residual(in);
+      float* ml = smem + d.heads * hd;  // after attn; the host pads att_ml to whole 16-byte pieces
+      for (int i = threadIdx.x; i < int(attention_ml_floats(d) / 4); i += kThreads) copy_async_16(ml + 4 * i, p.att_ml + 4 * i);
       const int quads = d.heads * hd / 4;
-      for (int q = threadIdx.x; q < quads; q += kThreads) {
+      float4 v[kSplitsInFlight];
+      auto issue = [&](int q, int s0) {
         const int hh = (q * 4) / hd, i = (q * 4) % hd;
         const float4* o = reinterpret_cast<const float4*>(p.att_o + size_t(hh) * S * hd + i);
-        const float* w = weight + size_t(hh) * S;
+#pragma unroll
+        for (int k = 0; k < kSplitsInFlight; ++k)
+          if (s0 + k < A) v[k] = load_fresh(o + size_t(s0 + k) * hd / 4);
+      };
+      if (int(threadIdx.x) < quads) issue(threadIdx.x, 0);
+      wait_async_copies();
+      store_residual(in, residual);
+      __syncthreads();
+      for (int q = threadIdx.x; q < quads; q += kThreads) {
+        const int hh = (q * 4) / hd;
+        const float2* w = reinterpret_cast<const float2*>(ml) + size_t(hh) * S;
+        float M = -INFINITY, total = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < A; s0 += kMaxSplitsInFlight) {
-          float4 v[kMaxSplitsInFlight];
+        for (int s0 = 0; s0 < A; s0 += kSplitsInFlight) {
+          if (q != int(threadIdx.x) || s0 != 0) issue(q, s0);
+          float m_new = M;
+          for (int s = s0; s < min(A, s0 + kSplitsInFlight); ++s)
+            if (w[s].y != 0.f) m_new = fmaxf(m_new, w[s].x);  // l = 0: an empty split
+          const float rescale = M == -INFINITY ? 0.f : __expf(M - m_new);
+          acc.x *= rescale, acc.y *= rescale, acc.z *= rescale, acc.w *= rescale;
+          total *= rescale;
 #pragma unroll
-          for (int k = 0; k < kMaxSplitsInFlight; ++k)
-            if (s0 + k < A) v[k] = load_fresh(o + size_t(s0 + k) * hd / 4);
-#pragma unroll
-          for (int k = 0; k < kMaxSplitsInFlight; ++k)
-            if (s0 + k < A) {
-              const float ws = w[s0 + k];
-              acc.x += ws * v[k].x, acc.y += ws * v[k].y, acc.z += ws * v[k].z, acc.w += ws * v[k].w;
+          for (int k = 0; k < kSplitsInFlight; ++k)
+            if (s0 + k < A && w[s0 + k].y != 0.f) {
+              const float e = __expf(w[s0 + k].x - m_new);
+              acc.x += e * v[k].x, acc.y += e * v[k].y, acc.z += e * v[k].z, acc.w += e * v[k].w;
+              total += e * w[s0 + k].y;
             }
+          M = m_new;
         }
-        reinterpret_cast<float4*>(attn)[plane_quad((hh * hd + i) / 4, d.heads * hd / 8)] = acc;
+        const float inv = 1.0f / total;  // split 0 always holds position 0: total > 0
+        reinterpret_cast<float4*>(smem)[plane_quad(q, d.heads * hd / 8)] = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
       }
       __syncthreads();
     };
-    gemv(in, combine, [&](uint32_t r, float v, float) { p.x[r] = load_fresh(p.x + r) + v; });
+    const float* res = residual_rows();
+    gemv(in, combine, [&](uint32_t r, float v, float) { p.x[r] = res[r - in.begin] + v; });
   }
 
   __device__ void gate_up(const Instr& in) {
-    const LayerOffsets& L = p.layers[in.layer];
     const ModelDims& d = p.dims;
     gemv(
-        in, [&] { rms_norm_to_planes(p.x, f32(L.mlp_norm), d.hidden, d.rms_eps, smem, red); },
+        in, [&] { rms_norm_to_planes(p.x, staged_norm(), d.hidden, d.rms_eps, smem, red); },
         [&](uint32_t r, float g, float u) { p.h[r] = g / (1.0f + __expf(-g)) * u; });
   }
 
   __device__ void down(const Instr& in) {
     const ModelDims& d = p.dims;
     auto load_h = [&] {
+      const float residual = fetch_residual(in);
       load_to_planes(p.h, d.intermediate, smem);
+      store_residual(in, residual);
       __syncthreads();
     };
-    gemv(in, load_h, [&](uint32_t r, float v, float) { p.x[r] = load_fresh(p.x + r) + v; });
+    const float* res = residual_rows();
+    gemv(in, load_h, [&](uint32_t r, float v, float) { p.x[r] = res[r - in.begin] + v; });
   }
 
   __device__ void lm_head(const Instr& in) {
@@ -608,44 +657,51 @@ struct Machine {
     const ModelDims& d = p.dims;
     float best = -INFINITY;
     int32_t best_index = int32_t(in.begin);
-    auto norm = [&] { rms_norm_to_planes(p.x, f32(p.final_norm), d.hidden, d.rms_eps, smem, red); };
+    auto norm = [&] { rms_norm_to_planes(p.x, staged_norm(), d.hidden, d.rms_eps, smem, red); };
     gemv(in, norm, [&](uint32_t r, float v, float) {
       p.logits[r] = v;
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });
-    // Block argmax of the threads' (best, index), ties to the lowest id.
-#pragma unroll
-    for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) {
-      const float ob = shfl_xor(best, o);
-      const int32_t oi = int32_t(__float_as_int(shfl_xor(__int_as_float(best_index), o)));
-      if (ob > best || (ob == best && oi < best_index)) best = ob, best_index = oi;
-    }
-    __shared__ float warp_best[kWarps];
-    __shared__ int32_t warp_index[kWarps];
-    if (lane_id() == 0) warp_best[warp_id()] = best, warp_index[warp_id()] = best_index;
-    __syncthreads();
+    block_argmax(best, best_index);
     if (threadIdx.x == 0) {
-      for (int w = 1; w < kWarps; ++w)
-        if (warp_best[w] > best || (warp_best[w] == best && warp_index[w] < best_index)) best = warp_best[w], best_index = warp_index[w];
       p.lm_best_value[in.slot] = best;
       p.lm_best_index[in.slot] = best_index;
     }
   }
 
+  // Block argmax of the threads' (best, index), ties to the lowest index; thread 0 ends with the result.
+  __device__ void block_argmax(float& best, int32_t& index) {
+#pragma unroll
+    for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) {
+      const float ob = shfl_xor(best, o);
+      const int32_t oi = int32_t(__float_as_int(shfl_xor(__int_as_float(index), o)));
+      if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
+    }
+    __shared__ float warp_best[kWarps];
+    __shared__ int32_t warp_index[kWarps];
+    if (lane_id() == 0) warp_best[warp_id()] = best, warp_index[warp_id()] = index;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 1; w < kWarps; ++w)
+        if (warp_best[w] > best || (warp_best[w] == best && warp_index[w] < index)) best = warp_best[w], index = warp_index[w];
+    __syncthreads();
+  }
+
   // ---- sampling (workgroup 0): runtime/sampling.h states the rule ----
 
+  // The LM head slots' (max, argmax) merged, ties to the lowest id; a thread per slot, so that all slots'
+  // loads are in flight at once (a serial loop would wait one L2 round trip per slot).
   __device__ int32_t greedy_token() {
     __shared__ int32_t chosen;
-    if (threadIdx.x == 0) {
-      float best = -INFINITY;
-      int32_t id = 0;
-      for (int s = 0; s < p.dims.lm_head_slots; ++s) {
-        const float v = load_fresh(p.lm_best_value + s);
-        const int32_t i = load_fresh(p.lm_best_index + s);
-        if (v > best || (v == best && i < id)) best = v, id = i;
-      }
-      chosen = id;
+    float best = -INFINITY;
+    int32_t id = INT32_MAX;
+    for (int s = threadIdx.x; s < p.dims.lm_head_slots; s += kThreads) {
+      const float v = load_fresh(p.lm_best_value + s);
+      const int32_t i = load_fresh(p.lm_best_index + s);
+      if (v > best || (v == best && i < id)) best = v, id = i;
     }
+    block_argmax(best, id);
+    if (threadIdx.x == 0) chosen = id;  // slots hold -inf at worst (never NaN), so some slot's id wins
     __syncthreads();
     return chosen;
   }
@@ -766,7 +822,7 @@ struct Machine {
         p.out_tokens[k - 1] = token;
         p.out_token_time_ns[k - 1] = global_timer_ns();
         p.tokens[step + 1] = token;
-        __threadfence_system();
+        // The release at system scope orders this thread's writes above (token, time) before the count.
         store_release_system(const_cast<uint32_t*>(&p.channel->token_count), uint32_t(k));
         bool eos = false;
         for (int e = 0; e < p.num_eos; ++e) eos |= p.eos[e] == token;
@@ -821,7 +877,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   __shared__ StreamState stream_state;
   const uint32_t wg = blockIdx.x;
   const uint32_t begin = p.wg_begin[wg], end = p.wg_begin[wg + 1];
-  unsigned long long* prof = p.profiling ? p.profile + size_t(wg) * kNumOps * 2 : nullptr;
+  unsigned long long* prof = p.profiling ? p.profile + size_t(wg) * kNumOps * kProfileFields : nullptr;
   WeightStream ws{p, stream_state, reinterpret_cast<uint8_t*>(dynamic_smem) + p.stream_ring_offset, begin, end};
   if (threadIdx.x == 0) ws.init();
   __syncthreads();
@@ -842,7 +898,8 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
     for (uint32_t i = begin; i < end; ++i) {
       unsigned long long t0 = 0, t1 = 0;
       if (threadIdx.x == 0 && prof) t0 = global_timer_ns();
-      if (p.instrs[i].op == Op::Attention) m.attention_prestage(p.instrs[i]);  // all threads: no inputs of this step
+      m.prologue_end = 0;
+      m.prestage(p.instrs[i]);  // all threads: loads that do not depend on this step's inputs
       if (threadIdx.x == 0) {
         current = p.instrs[i];
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
@@ -855,17 +912,21 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       const Instr in = current;
       m.index = i;
       m.execute(in);
+      release_block_writes();
       __syncthreads();
       if (threadIdx.x == 0) {
-        __threadfence();
-        add_release(p.counters + in.signal, 1u);
+        const unsigned long long tb = prof ? global_timer_ns() : 0;
+        add_release(p.counters + in.signal, 1u);  // release: covers the whole block's writes (see release_block_writes)
         stream_state.base += stream_chunks(p, in, step);
         p.progress[2 * wg] = step;
         p.progress[2 * wg + 1] = i - begin + 1;
         if (prof) {
           const unsigned long long t2 = global_timer_ns();
-          prof[int(in.op) * 2] += t2 - t1;
-          prof[int(in.op) * 2 + 1] += t1 - t0;
+          unsigned long long* f = prof + int(in.op) * kProfileFields;
+          f[kProfExec] += t2 - t1;
+          f[kProfWait] += t1 - t0;
+          f[kProfPrologue] += m.prologue_end > t1 ? m.prologue_end - t1 : 0;
+          f[kProfSignal] += t2 - tb;
         }
       }
     }
