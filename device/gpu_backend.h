@@ -28,7 +28,7 @@ struct GpuOptions {
   // Chunks issued before an instruction's inputs are ready (-1: as many as there are slots). Issuing
   // more shortens the instruction but lengthens everyone's waits: those bytes compete with the slowest
   // producers of the inputs (docs/log.md).
-  int stream_early = 3;  // H200: 3 covers a Llama-3.2-1B QKV block (23 rows of 4 KiB) whole (docs/log.md)
+  int stream_early = 2;  // measured best on an H200 once no workgroup held two QKV blocks (docs/log.md)
   // Non-zero: fill the weights on the GPU with seeded random values instead of uploading the model's
   // (for presets: real shapes without a download). The model then needs a config only.
   uint64_t random_weights_seed = 0;

@@ -7,6 +7,7 @@
 
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
+#include "runtime/presets.h"
 #include "runtime/reference.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
@@ -151,6 +152,23 @@ TEST(Schedule, StageBarrierScheduleMakesAttentionWaitForEveryGroup) {
   ASSERT_EQ(a.tokens.size(), 6u);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(with_barriers.recorded_logits(), with_dataflow.recorded_logits());
+}
+
+// Every attention item of a kv group waits for all of the group's QKV blocks, so a workgroup holding two
+// blocks of one layer would hold up its group. With at least as many workgroups as groups, none does.
+TEST(Schedule, NoWorkgroupRunsTwoQkvBlocksOfALayer) {
+  for (const std::string name : {"llama-3.2-1b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-1.7b"})
+    for (int W : {8, 100, 114, 132, 304}) {
+      const ModelConfig c = preset_config(name);
+      const Schedule s = build_schedule(c, ScheduleParams{W, 0, false});
+      for (int w = 0; w < W; ++w) {
+        std::vector<int> qkv_blocks(size_t(c.num_layers), 0);
+        for (uint32_t i = s.wg_begin[size_t(w)]; i < s.wg_begin[size_t(w) + 1]; ++i)
+          if (s.instrs[i].op == Op::QKV) ++qkv_blocks[s.instrs[i].layer];
+        for (int l = 0; l < c.num_layers; ++l)
+          ASSERT_LE(qkv_blocks[size_t(l)], 1) << name << ", " << W << " workgroups: workgroup " << w << ", layer " << l;
+      }
+    }
 }
 
 TEST(Schedule, SplitRangesCoverTheCacheExactlyOnce) {
