@@ -217,19 +217,19 @@ class MonokernelBackend final : public GpuBackend {
  private:
   // The weight stream's ring goes after the activation area, in the shared memory left over: as many
   // slots as fit (at most kMaxStreamSlots), each holding at least one row of every GEMV (gate_up: a gate
-  // and an up row), in 16 KiB units: 32 KiB by default, which holds Llama-3.1-8B's 28 KiB down rows.
+  // and an up row). Default size: as many of the longest rows as fit in 56 KiB, so that a chunk of the
+  // longest GEMV rows wastes no slot space (48 KiB = 3 down rows for Llama-3.2-1B, 56 KiB = 2 for
+  // Llama-3.1-8B; measured best on an H200 against 32/40/48/56/64 KiB, docs/log.md v14).
   void plan_weight_stream(size_t max_smem) {
 #if defined(MK_PLATFORM_NVIDIA)
     if (opt_.stream_slots == 0) return;
     hipFuncAttributes attr{};
     MK_GPU_CHECK(hipFuncGetAttributes(&attr, kernel_));
-    constexpr size_t kUnit = 16 * 1024;
-    // Measured on an H200 (docs/log.md): 32 KiB slots beat 16 KiB ones (half the per-chunk overhead).
-    constexpr size_t kDefaultSlot = 32 * 1024;
+    constexpr size_t kDefaultSlotLimit = 56 * 1024;
     const size_t longest_row = std::max({size_t(cfg_.hidden_size) * 4, size_t(cfg_.q_dim()) * 2, size_t(cfg_.intermediate_size) * 2});
     // An explicit size is taken as is (tests use tiny slots to make the ring wrap often).
     const size_t slot = opt_.stream_slot_kib > 0 ? std::max(longest_row, size_t(opt_.stream_slot_kib) * 1024)
-                                                 : (std::max(longest_row, kDefaultSlot) + kUnit - 1) / kUnit * kUnit;
+                                                 : std::max(longest_row, kDefaultSlotLimit / longest_row * longest_row);
     const size_t ring_offset = (smem_bytes_ + 127) / 128 * 128;
     const size_t room = max_smem > attr.sharedSizeBytes + ring_offset ? max_smem - attr.sharedSizeBytes - ring_offset : 0;
     size_t slots = std::min(room / slot, size_t(dev::kMaxStreamSlots));

@@ -22,9 +22,12 @@ struct GpuOptions {
   // Weight stream (device/weight_stream.h): shared-memory slots for bulk weight copies; -1: as many as
   // fit (NVIDIA Hopper), 0: off (weights load straight into registers; always the case on AMD).
   int stream_slots = -1;
-  int stream_slot_kib = 0;  // slot size; 0: the default (32 KiB), rounded up to hold the longest row
-  // How many instructions ahead of the running one the stream may issue weight chunks.
-  int stream_lookahead = 1;
+  // Slot size; 0: the default (as many of the longest GEMV rows as fit in 56 KiB, at least one).
+  int stream_slot_kib = 0;
+  // How many instructions ahead of the running one the stream may issue weight chunks. 0 measured best
+  // on an H200 for all five presets (docs/log.md v14): chunks of the next instruction issued during
+  // this one compete with this one's own.
+  int stream_lookahead = 0;
   // Chunks issued before an instruction's inputs are ready (-1: as many as there are slots). Issuing
   // more shortens the instruction but lengthens everyone's waits: those bytes compete with the slowest
   // producers of the inputs (docs/log.md).
