@@ -258,8 +258,7 @@ class MonokernelBackend final : public GpuBackend {
     uint32_t residual_rows = 0;
     for (const Instr& in : schedule_.instrs)
       if (in.op == Op::OProj || in.op == Op::Down) residual_rows = std::max(residual_rows, in.end - in.begin);
-    const size_t residual_offset = std::max(size_t(cfg_.intermediate_size), size_t(cfg_.q_dim()) + dev::attention_ml_floats(dims()));
-    const size_t gemv = std::max({size_t(2 * cfg_.hidden_size + 2 * int(warps)), residual_offset + residual_rows});
+    const size_t gemv = std::max(size_t(2 * cfg_.hidden_size + 2 * int(warps)), dev::gemv_residual_offset(dims()) + residual_rows);
     const size_t attention = dev::attention_smem_bytes(dims()) / sizeof(float) + 1;
     const size_t sampler = dev::kSampleBins + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + warps + 4;
     return std::max({gemv, attention, sampler}) * sizeof(float);

@@ -49,6 +49,14 @@ inline size_t attention_smem_bytes(const ModelDims& d) {
 // (o_proj copies them into shared memory in 16-byte asynchronous copies).
 MK_HD_INLINE size_t attention_ml_floats(const ModelDims& d) { return (size_t(d.heads) * size_t(d.attention_splits) * 2 + 3) / 4 * 4; }
 
+// Float offset in shared memory of the residual rows o_proj / down add to: after the larger of down's
+// activations (h) and o_proj's (the combined attention output, then every (m, l)). The kernel places
+// them there and the host sizes shared memory with it.
+MK_HD_INLINE size_t gemv_residual_offset(const ModelDims& d) {
+  const size_t down = size_t(d.intermediate), o_proj = size_t(d.heads) * size_t(d.head_dim) + attention_ml_floats(d);
+  return down > o_proj ? down : o_proj;
+}
+
 // Written by the kernel into host-mapped memory while it runs.
 struct HostChannel {
   volatile uint32_t token_count;  // tokens published so far in this launch

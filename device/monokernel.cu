@@ -278,10 +278,7 @@ struct Machine {
   // Where a GEMV with a norm keeps its norm weight: right after its activation vector (hidden floats).
   __device__ float* staged_norm() const { return smem + p.dims.hidden; }
   // Where o_proj / down keep the residual rows x[begin, end) they add to (after their activation data).
-  __device__ float* residual_rows() const {
-    const ModelDims& d = p.dims;
-    return smem + max(size_t(d.intermediate), size_t(d.heads * d.head_dim) + attention_ml_floats(d));
-  }
+  __device__ float* residual_rows() const { return smem + gemv_residual_offset(p.dims); }
   // Thread t fetches residual row begin + t with the prologue's other loads (one round trip for all) and
   // stores it after them; rows beyond the block size (tiny grids only) are copied afterwards.
   __device__ float fetch_residual(const Instr& in) const {
