@@ -26,6 +26,9 @@ struct DepthResult {
   double bytes_per_token = 0;
   // Per op, per token, averaged over workgroups (profile); prologue and signal are parts of exec.
   std::vector<double> exec_us, wait_us, prologue_us, signal_us;
+  // Per workgroup ([workgroup][op]), per token: exec and wait; and the SM/CU it ran on (last repetition).
+  std::vector<std::vector<double>> workgroup_exec_us, workgroup_wait_us;
+  std::vector<uint32_t> workgroup_unit;
 };
 
 double median(std::vector<double> v) {
@@ -67,6 +70,9 @@ int run(int argc, char** argv) {
   app.add_option("--slot-kib", slot_kib, "KiB per weight-stream slot (0: the default)")->capture_default_str();
   app.add_option("--early", early, "weight chunks issued before an instruction's inputs are ready (-1: all slots)")
       ->capture_default_str();
+  std::string workgroups_csv;
+  app.add_option("--profile-csv", workgroups_csv,
+                 "with --profile: write each workgroup's SM/CU and exec / wait per instruction kind to this CSV file");
   app.add_flag("--json", json, "print JSON instead of the table");
   int splits = 0;
   app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
@@ -128,6 +134,15 @@ int run(int argc, char** argv) {
           r.prologue_us[size_t(op)] += p.prologue_seconds[size_t(op)] * per;
           r.signal_us[size_t(op)] += p.signal_seconds[size_t(op)] * per;
         }
+        const double per_wg = 1e6 / (double(tokens) * reps);
+        r.workgroup_exec_us.resize(size_t(p.num_workgroups), std::vector<double>(mk::kNumOps, 0.0));
+        r.workgroup_wait_us.resize(size_t(p.num_workgroups), std::vector<double>(mk::kNumOps, 0.0));
+        for (size_t w = 0; w < size_t(p.num_workgroups); ++w)
+          for (size_t op = 0; op < size_t(mk::kNumOps); ++op) {
+            r.workgroup_exec_us[w][op] += p.workgroup_exec_seconds[w][op] * per_wg;
+            r.workgroup_wait_us[w][op] += p.workgroup_wait_seconds[w][op] * per_wg;
+          }
+        r.workgroup_unit = p.workgroup_unit;
       }
     }
     r.median_ms = median(r.ms_per_token);
@@ -191,7 +206,33 @@ int run(int argc, char** argv) {
       fmt::print("\n{:>13}", "");
       for (int op = 0; op < mk::kNumOps; ++op)
         fmt::print("  {} pro {:.1f} sig {:.1f}", mk::op_name(mk::Op(op)), r.prologue_us[size_t(op)], r.signal_us[size_t(op)]);
-      fmt::print("\n");
+      fmt::print("\n{:>13}", "");
+      // How evenly the work spread: exec over workgroups (those that ran the kind at all).
+      for (int op = 0; op < mk::kNumOps; ++op) {
+        std::vector<double> v;
+        for (const auto& w : r.workgroup_exec_us)
+          if (w[size_t(op)] > 0) v.push_back(w[size_t(op)]);
+        if (v.size() > 1)
+          fmt::print("  {} [{:.1f} {:.1f} {:.1f}]", mk::op_name(mk::Op(op)), *std::min_element(v.begin(), v.end()), median(v),
+                     *std::max_element(v.begin(), v.end()));
+      }
+      fmt::print("  (exec over workgroups: min median max)\n");
+    }
+    if (!workgroups_csv.empty()) {
+      std::FILE* f = std::fopen(workgroups_csv.c_str(), "w");
+      if (!f) mk::fail("cannot write {}", workgroups_csv);
+      fmt::print(f, "depth,workgroup,unit");
+      for (int op = 0; op < mk::kNumOps; ++op) fmt::print(f, ",{0}_exec_us,{0}_wait_us", mk::op_name(mk::Op(op)));
+      fmt::print(f, "\n");
+      for (const auto& r : results)
+        for (size_t w = 0; w < r.workgroup_exec_us.size(); ++w) {
+          fmt::print(f, "{},{},{}", r.depth, w, r.workgroup_unit[w]);
+          for (size_t op = 0; op < size_t(mk::kNumOps); ++op)
+            fmt::print(f, ",{:.2f},{:.2f}", r.workgroup_exec_us[w][op], r.workgroup_wait_us[w][op]);
+          fmt::print(f, "\n");
+        }
+      std::fclose(f);
+      fmt::print("per-workgroup profile written to {}\n", workgroups_csv);
     }
   }
   return 0;

@@ -324,6 +324,7 @@ class MonokernelBackend final : public GpuBackend {
     v_cache_.allocate(kv_bytes() / 2, "the V cache");
     tokens_.allocate((size_t(opt_.context) + 1) * sizeof(int32_t), "tokens");
     profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
+    workgroup_unit_.allocate(size_t(schedule_.num_workgroups) * sizeof(uint32_t), "profile counters");
     // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag.
     const size_t max_tokens = size_t(opt_.context) + 1;
     tokens_offset_ = sizeof(dev::HostChannel);
@@ -365,6 +366,7 @@ class MonokernelBackend final : public GpuBackend {
     p.progress = reinterpret_cast<uint32_t*>(dev_base + progress_offset_);
     p.cancel = reinterpret_cast<const volatile uint32_t*>(dev_base + cancel_offset_);
     p.profile = profile_.as<unsigned long long>();
+    p.workgroup_unit = workgroup_unit_.as<uint32_t>();
     p.profiling = opt_.profile ? 1 : 0;
     p.stream_slots = stream_slots_;
     p.stream_slot_bytes = stream_slot_bytes_;
@@ -462,10 +464,18 @@ class MonokernelBackend final : public GpuBackend {
     fields[dev::kProfPrologue] = &profile_result_.prologue_seconds;
     fields[dev::kProfSignal] = &profile_result_.signal_seconds;
     for (auto* f : fields) f->assign(kNumOps, 0.0);
-    for (int w = 0; w < schedule_.num_workgroups; ++w)
-      for (int op = 0; op < kNumOps; ++op)
-        for (int k = 0; k < dev::kProfileFields; ++k)
-          (*fields[k])[size_t(op)] += double(raw[(size_t(w) * kNumOps + size_t(op)) * dev::kProfileFields + size_t(k)]) * 1e-9;
+    const size_t W = size_t(schedule_.num_workgroups);
+    profile_result_.workgroup_unit.resize(W);
+    MK_GPU_CHECK(hipMemcpy(profile_result_.workgroup_unit.data(), workgroup_unit_.ptr, W * sizeof(uint32_t), hipMemcpyDeviceToHost));
+    profile_result_.workgroup_exec_seconds.assign(W, std::vector<double>(kNumOps, 0.0));
+    profile_result_.workgroup_wait_seconds.assign(W, std::vector<double>(kNumOps, 0.0));
+    for (size_t w = 0; w < W; ++w)
+      for (int op = 0; op < kNumOps; ++op) {
+        const unsigned long long* f = raw.data() + (w * kNumOps + size_t(op)) * dev::kProfileFields;
+        for (int k = 0; k < dev::kProfileFields; ++k) (*fields[k])[size_t(op)] += double(f[k]) * 1e-9;
+        profile_result_.workgroup_exec_seconds[w][size_t(op)] = double(f[dev::kProfExec]) * 1e-9;
+        profile_result_.workgroup_wait_seconds[w][size_t(op)] = double(f[dev::kProfWait]) * 1e-9;
+      }
   }
 
   const Model& model_;
@@ -479,7 +489,7 @@ class MonokernelBackend final : public GpuBackend {
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
   DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
-      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_;
+      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};

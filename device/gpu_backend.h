@@ -48,6 +48,10 @@ struct GpuRunProfile {
   // executing part, the prologue (activations into shared memory) and the signal (counter release).
   std::vector<double> exec_seconds, wait_seconds, prologue_seconds, signal_seconds;
   int num_workgroups = 0;
+  // Per workgroup: the SM/CU it ran on (NVIDIA %smid; AMD as topology/topology.h's unit_hw_id), and its
+  // exec and wait seconds per Op ([workgroup][op]): how evenly the work spread over the chip.
+  std::vector<uint32_t> workgroup_unit;
+  std::vector<std::vector<double>> workgroup_exec_seconds, workgroup_wait_seconds;
 };
 
 struct GpuInfo {

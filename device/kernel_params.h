@@ -96,8 +96,10 @@ struct KernelParams {
   unsigned long long* out_token_time_ns;
   uint32_t* progress;     // per workgroup: (step << 16) | (instruction index + 1), 0xffffffff when done
   const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
-  // Profiling (optional): per workgroup, per Op, kProfileFields counters.
+  // Profiling (optional): per workgroup, per Op, kProfileFields counters; and the SM/CU each workgroup
+  // ran on (device/hw_unit.h), to relate its times to the chip's topology.
   unsigned long long* profile;
+  uint32_t* workgroup_unit;
   int profiling;
   // Weight stream (device/weight_stream.h): `stream_slots` slots of `stream_slot_bytes` at byte
   // `stream_ring_offset` of dynamic shared memory; 0 slots: GEMVs load weights into registers. A chunk
