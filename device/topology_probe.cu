@@ -14,6 +14,7 @@
 
 #include "device/device_atomics.h"
 #include "device/gpu.h"
+#include "device/hw_unit.h"
 #include "runtime/error.h"
 
 #if defined(MK_PLATFORM_AMD)
@@ -273,36 +274,19 @@ Topology probe_nvidia(int device, const ProbeOptions& options) {
 // =============================================================================================== AMD
 #if defined(MK_PLATFORM_AMD)
 
-// s_getreg_b32 immediate: register id 5:0, first bit 10:6, size-1 15:11 (LLVM AMDGPUUsage, gfx9 hwreg).
-[[maybe_unused]] constexpr int hwreg(int id, int offset, int size) { return id | (offset << 6) | ((size - 1) << 11); }
-[[maybe_unused]] constexpr int kHwRegHwId = 4;   // HW_REG_HW_ID (gfx9)
-[[maybe_unused]] constexpr int kHwRegXccId = 20;  // HW_REG_XCC_ID (gfx940/941/942 only)
 constexpr unsigned kHasXccBit = 0x80000000u;
 
-// One workgroup: lane 0 records its XCC/SE/SH/CU as amd_hw_id() (bit 31 set when the XCC id is real, i.e.
-// the code object is gfx94x), then stays resident for spin_ns so workgroups spread over all CUs.
-// HW_REG_HW_ID (gfx9): WAVE_ID 3:0, SIMD_ID 5:4, PIPE_ID 7:6, CU_ID 11:8, SH_ID 12, SE_ID 14:13
-// (15:13 on gfx908/gfx90a, which have up to 8 SEs), TG_ID 19:16, VM_ID 23:20, QUEUE_ID 26:24,
-// STATE_ID 29:27, ME_ID 31:30. HW_REG_XCC_ID: XCC_ID 3:0.
+// One workgroup: lane 0 records its XCC/SE/SH/CU as amd_hw_id() (dev::hw_unit_id; bit 31 set when the
+// XCC id is real, i.e. the code object is gfx94x), then stays resident for spin_ns so workgroups spread
+// over all CUs.
 __global__ void xcd_probe_kernel(unsigned* out, unsigned long long spin_ns) {
   if (threadIdx.x != 0) return;
-#if defined(__HIP_DEVICE_COMPILE__)
-  const unsigned hw_id = __builtin_amdgcn_s_getreg(hwreg(kHwRegHwId, 0, 32));
-  const unsigned cu = (hw_id >> 8) & 0xfu;
-  const unsigned sh = (hw_id >> 12) & 0x1u;
 #if defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__)
-  const unsigned se = (hw_id >> 13) & 0x3u;
-  const unsigned xcc = __builtin_amdgcn_s_getreg(hwreg(kHwRegXccId, 0, 4)) & 0xfu;
   const unsigned has_xcc = kHasXccBit;
 #else
-  const unsigned se = (hw_id >> 13) & 0x7u;
-  const unsigned xcc = 0;
   const unsigned has_xcc = 0;
 #endif
-  out[blockIdx.x] = has_xcc | amd_hw_id(xcc, se, sh, cu);
-#else
-  out[blockIdx.x] = 0;  // host pass: never executed
-#endif
+  out[blockIdx.x] = has_xcc | dev::hw_unit_id();
   const unsigned long long start = dev::global_timer_ns();
   while (dev::global_timer_ns() - start < spin_ns) {
   }
