@@ -29,6 +29,7 @@ struct DepthResult {
   // Per workgroup ([workgroup][op]), per token: exec and wait; and the SM/CU it ran on (last repetition).
   std::vector<std::vector<double>> workgroup_exec_us, workgroup_wait_us;
   std::vector<uint32_t> workgroup_unit;
+  std::vector<mk::GpuRunProfile::TracePoint> trace;  // --trace: the traced step of the last repetition
 };
 
 double median(std::vector<double> v) {
@@ -44,6 +45,90 @@ double bytes_per_token(const mk::ModelConfig& c, uint64_t weight_image_bytes, do
   const double weights = double(weight_image_bytes) - (c.tie_word_embeddings ? 0.0 : embed - row);
   const double kv = 2.0 * c.num_layers * c.num_kv_heads * cached_positions * c.head_dim * 2;
   return weights + kv;
+}
+
+// --trace: the traced step as a chain of stages (every instruction of one kind and layer), each measured
+// from the moment the previous stage's last workgroup signalled: how long until the first workgroup of
+// this stage had its inputs (hand-off), how far the median start lags the first (ready spread), the median
+// workgroup's time from inputs to signal (of it, prologue), and how far the last workgroup ends after the
+// median one (tail). The spans add up to the step.
+void print_trace(const DepthResult& r, const mk::Schedule& s, int step) {
+  struct Stage {
+    mk::Op op;
+    int layer;
+    std::vector<size_t> items;
+  };
+  std::vector<Stage> stages;
+  std::vector<size_t> order(s.instrs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.instrs[a].seq < s.instrs[b].seq; });
+  for (size_t i : order) {
+    const mk::Instr& in = s.instrs[i];
+    if (stages.empty() || stages.back().op != in.op || stages.back().layer != in.layer) stages.push_back({in.op, in.layer, {}});
+    stages.back().items.push_back(i);
+  }
+  struct Sum {
+    double span = 0, handoff = 0, spread = 0, work = 0, prologue = 0, tail = 0;
+    int count = 0;
+  };
+  std::vector<Sum> per_op(mk::kNumOps);
+  const auto& t = r.trace;
+  double prev_end = t[order.front()].start;
+  const double step_start = prev_end;
+  for (const Stage& st : stages) {
+    std::vector<double> ready, work, prologue, done;
+    for (size_t i : st.items) {
+      ready.push_back(t[i].ready);
+      work.push_back(t[i].done - t[i].ready);
+      if (t[i].prologue_end > 0) prologue.push_back(t[i].prologue_end - t[i].ready);
+      done.push_back(t[i].done);
+    }
+    const double first_ready = *std::min_element(ready.begin(), ready.end());
+    const double last_done = *std::max_element(done.begin(), done.end());
+    Sum& sum = per_op[size_t(st.op)];
+    sum.span += last_done - prev_end;
+    sum.handoff += first_ready - prev_end;
+    sum.spread += median(ready) - first_ready;
+    sum.work += median(work);
+    sum.prologue += prologue.empty() ? 0 : median(prologue);
+    sum.tail += last_done - median(done);
+    ++sum.count;
+    prev_end = last_done;
+  }
+  fmt::print("\ntrace of step {} at depth {} (last repetition), us summed over the layers; span = from the previous "
+             "stage's last signal to this stage's last signal:\n",
+             step, r.depth);
+  fmt::print("{:>10} {:>7} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8}\n", "stage", "count", "span", "handoff", "spread", "work(med)",
+             "prologue", "tail");
+  for (int op = 0; op < mk::kNumOps; ++op) {
+    const Sum& v = per_op[size_t(op)];
+    if (v.count == 0) continue;
+    fmt::print("{:>10} {:>7} {:>9.1f} {:>8.1f} {:>8.1f} {:>9.1f} {:>8.1f} {:>8.1f}\n", mk::op_name(mk::Op(op)), v.count, v.span * 1e6,
+               v.handoff * 1e6, v.spread * 1e6, v.work * 1e6, v.prologue * 1e6, v.tail * 1e6);
+  }
+  fmt::print("{:>10} {:>7} {:>9.1f}\n", "step", "", (prev_end - step_start) * 1e6);
+}
+
+void write_trace_csv(const std::string& path, const std::vector<DepthResult>& results, const mk::Schedule& s,
+                     const std::vector<uint32_t>& unit) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) mk::fail("cannot write {}", path);
+  fmt::print(f, "depth,index,workgroup,unit,op,layer,begin,end,start_us,ready_us,prologue_end_us,done_us\n");
+  for (const auto& r : results) {
+    if (r.trace.empty()) continue;
+    double t0 = r.trace.front().start;
+    for (const auto& p : r.trace) t0 = std::min(t0, p.start);
+    auto rel = [&](double v) { return v > 0 ? (v - t0) * 1e6 : 0.0; };
+    for (size_t i = 0; i < r.trace.size(); ++i) {
+      const mk::Instr& in = s.instrs[i];
+      const int w = s.workgroup_of(i);
+      fmt::print(f, "{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f}\n", r.depth, i, w, w < int(unit.size()) ? unit[size_t(w)] : 0,
+                 mk::op_name(in.op), in.layer, in.begin, in.end, rel(r.trace[i].start), rel(r.trace[i].ready),
+                 rel(r.trace[i].prologue_end), rel(r.trace[i].done));
+    }
+  }
+  std::fclose(f);
+  fmt::print("trace written to {}\n", path);
 }
 
 int run(int argc, char** argv) {
@@ -73,10 +158,21 @@ int run(int argc, char** argv) {
   std::string workgroups_csv;
   app.add_option("--profile-csv", workgroups_csv,
                  "with --profile: write each workgroup's SM/CU and exec / wait per instruction kind to this CSV file");
+  int trace_step = -1;
+  std::string trace_csv;
+  app.add_option("--trace", trace_step,
+                 "timestamp every instruction of this step of each launch (0 = the prompt token; implies --profile) and "
+                 "print the step as a chain of stages")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--trace-csv", trace_csv, "with --trace: write every instruction's timestamps to this CSV file");
   app.add_flag("--json", json, "print JSON instead of the table");
   int splits = 0;
   app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (trace_step >= 0) {
+    profile = true;
+    if (trace_step >= tokens) mk::fail("--trace {}: each launch runs {} steps (-n), so at most step {}", trace_step, tokens, tokens - 1);
+  }
 
   std::vector<int> depths;
   for (size_t at = 0; at < depths_text.size();) {
@@ -95,6 +191,7 @@ int run(int argc, char** argv) {
   opt.context = max_depth + tokens + 1;
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
   opt.profile = profile;
+  opt.trace_step = trace_step;
   opt.attention_splits = splits;
   opt.stream_slots = stream_slots;
   opt.stream_lookahead = lookahead;
@@ -143,6 +240,7 @@ int run(int argc, char** argv) {
             r.workgroup_wait_us[w][op] += p.workgroup_wait_seconds[w][op] * per_wg;
           }
         r.workgroup_unit = p.workgroup_unit;
+        r.trace = p.trace;
       }
     }
     r.median_ms = median(r.ms_per_token);
@@ -234,6 +332,11 @@ int run(int argc, char** argv) {
       std::fclose(f);
       fmt::print("per-workgroup profile written to {}\n", workgroups_csv);
     }
+  }
+  if (trace_step >= 0) {
+    for (const auto& r : results)
+      if (!r.trace.empty()) print_trace(r, gpu->schedule(), trace_step);
+    if (!trace_csv.empty()) write_trace_csv(trace_csv, results, gpu->schedule(), results.empty() ? std::vector<uint32_t>{} : results.back().workgroup_unit);
   }
   return 0;
 }

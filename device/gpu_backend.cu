@@ -123,7 +123,9 @@ class MonokernelBackend final : public GpuBackend {
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16);
+    // The streamed kernel for planning the shared memory (its static part is the largest); the final
+    // choice follows the plan.
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile);
 
     schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers});
     if (opt.debug_edit_schedule) opt.debug_edit_schedule(schedule_);
@@ -133,6 +135,7 @@ class MonokernelBackend final : public GpuBackend {
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
     plan_weight_stream(size_t(max_smem));
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile);
     MK_GPU_CHECK(hipFuncSetAttribute(kernel_, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
     int per_sm = 0;
     MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_bytes_));
@@ -154,6 +157,7 @@ class MonokernelBackend final : public GpuBackend {
     MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));
     MK_GPU_CHECK(hipMemset(stop_flag_.ptr, 0, stop_flag_.bytes));
     if (opt_.profile) MK_GPU_CHECK(hipMemset(profile_.ptr, 0, profile_.bytes));
+    if (opt_.profile && opt_.trace_step >= 0) MK_GPU_CHECK(hipMemset(trace_.ptr, 0, trace_.bytes));
     std::memset(channel_.host, 0, channel_bytes_);
     *cancel_flag() = 0;
 
@@ -325,6 +329,7 @@ class MonokernelBackend final : public GpuBackend {
     tokens_.allocate((size_t(opt_.context) + 1) * sizeof(int32_t), "tokens");
     profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
     workgroup_unit_.allocate(size_t(schedule_.num_workgroups) * sizeof(uint32_t), "profile counters");
+    if (opt_.profile && opt_.trace_step >= 0) trace_.allocate(schedule_.instrs.size() * 4 * sizeof(unsigned long long), "the trace");
     // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag.
     const size_t max_tokens = size_t(opt_.context) + 1;
     tokens_offset_ = sizeof(dev::HostChannel);
@@ -367,7 +372,8 @@ class MonokernelBackend final : public GpuBackend {
     p.cancel = reinterpret_cast<const volatile uint32_t*>(dev_base + cancel_offset_);
     p.profile = profile_.as<unsigned long long>();
     p.workgroup_unit = workgroup_unit_.as<uint32_t>();
-    p.profiling = opt_.profile ? 1 : 0;
+    p.trace = trace_.as<unsigned long long>();
+    p.trace_step = opt_.profile ? opt_.trace_step : -1;
     p.stream_slots = stream_slots_;
     p.stream_slot_bytes = stream_slot_bytes_;
     p.stream_ring_offset = stream_ring_offset_;
@@ -476,6 +482,14 @@ class MonokernelBackend final : public GpuBackend {
         profile_result_.workgroup_exec_seconds[w][size_t(op)] = double(f[dev::kProfExec]) * 1e-9;
         profile_result_.workgroup_wait_seconds[w][size_t(op)] = double(f[dev::kProfWait]) * 1e-9;
       }
+    if (opt_.trace_step < 0) return;
+    std::vector<unsigned long long> tr(schedule_.instrs.size() * 4);
+    MK_GPU_CHECK(hipMemcpy(tr.data(), trace_.ptr, tr.size() * sizeof(unsigned long long), hipMemcpyDeviceToHost));
+    if (tr[3] == 0) return;  // the launch ended before the traced step (instruction 0 runs every step)
+    profile_result_.trace.resize(schedule_.instrs.size());
+    for (size_t i = 0; i < schedule_.instrs.size(); ++i)
+      profile_result_.trace[i] = {double(tr[4 * i]) * 1e-9, double(tr[4 * i + 1]) * 1e-9, double(tr[4 * i + 2]) * 1e-9,
+                                  double(tr[4 * i + 3]) * 1e-9};
   }
 
   const Model& model_;
@@ -489,7 +503,7 @@ class MonokernelBackend final : public GpuBackend {
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
   DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
-      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_;
+      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, row_pools_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};

@@ -19,6 +19,9 @@ struct GpuOptions {
   bool stage_barriers = false;   // the flat-barrier schedule (ScheduleParams::stage_barriers), for comparison
   double watchdog_seconds = 10;  // no progress for this long: report the stuck instructions and exit(3)
   bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()
+  // With profile: the step of each launch (0 = the first) whose instructions are timestamped one by one
+  // (GpuRunProfile::trace); -1: none.
+  int trace_step = -1;
   // Weight stream (device/weight_stream.h): shared-memory slots for bulk weight copies; -1: as many as
   // fit (NVIDIA Hopper), 0: off (weights load straight into registers; always the case on AMD).
   int stream_slots = -1;
@@ -52,6 +55,14 @@ struct GpuRunProfile {
   // exec and wait seconds per Op ([workgroup][op]): how evenly the work spread over the chip.
   std::vector<uint32_t> workgroup_unit;
   std::vector<std::vector<double>> workgroup_exec_seconds, workgroup_wait_seconds;
+  // GpuOptions::trace_step: per instruction of the schedule (Schedule::instrs index), globaltimer seconds
+  // at which its workgroup started it (before waiting), found its inputs ready, had them in shared memory
+  // (end of the prologue; 0 if it has none) and had signalled it done. Empty without a trace, or when the
+  // launch ended before that step.
+  struct TracePoint {
+    double start = 0, ready = 0, prologue_end = 0, done = 0;
+  };
+  std::vector<TracePoint> trace;
 };
 
 struct GpuInfo {

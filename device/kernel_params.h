@@ -96,11 +96,14 @@ struct KernelParams {
   unsigned long long* out_token_time_ns;
   uint32_t* progress;     // per workgroup: (step << 16) | (instruction index + 1), 0xffffffff when done
   const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
-  // Profiling (optional): per workgroup, per Op, kProfileFields counters; and the SM/CU each workgroup
-  // ran on (device/hw_unit.h), to relate its times to the chip's topology.
+  // Profiling (the kernel's kProfile instantiations only): per workgroup, per Op, kProfileFields counters;
+  // and the SM/CU each workgroup ran on (device/hw_unit.h), to relate its times to the chip's topology.
   unsigned long long* profile;
   uint32_t* workgroup_unit;
-  int profiling;
+  // With profiling: step `trace_step` (-1: none) writes 4 timestamps per instruction (its index in
+  // `instrs`): start, inputs ready, prologue end, signalled.
+  unsigned long long* trace;
+  int trace_step;
   // Weight stream (device/weight_stream.h): `stream_slots` slots of `stream_slot_bytes` at byte
   // `stream_ring_offset` of dynamic shared memory; 0 slots: GEMVs load weights into registers. A chunk
   // may be issued up to `stream_lookahead` instructions ahead of the one running; at most `stream_early`

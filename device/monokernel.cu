@@ -262,7 +262,11 @@ __device__ AttentionSmem attention_smem(const ModelDims& d, float* base) {
   return a;
 }
 
-template <bool kFp16>
+// kStream: GEMV weights come through the weight stream (else straight into registers); kProfile: the
+// timers of --profile / --trace are compiled in. Each combination is its own kernel: code that a launch
+// never runs still costs it time (compiling the register path out of the streamed kernel measured 1.6%
+// faster on an H200, docs/log.md fifth session), so the launcher picks the one it needs.
+template <bool kFp16, bool kStream, bool kProfile>
 struct Machine {
   const KernelParams& p;
   float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
@@ -273,7 +277,8 @@ struct Machine {
   unsigned long long prologue_end = 0;  // profiling, thread 0: when the running instruction's inputs were in place
 
   __device__ void mark_prologue_end() {
-    if (threadIdx.x == 0 && p.profiling) prologue_end = global_timer_ns();
+    if constexpr (kProfile)
+      if (threadIdx.x == 0) prologue_end = global_timer_ns();
   }
 
   // Where a GEMV with a norm keeps its norm weight: right after its activation vector (hidden floats).
@@ -313,7 +318,7 @@ struct Machine {
     prologue();
     mark_prologue_end();
     const float4* x = reinterpret_cast<const float4*>(smem);
-    if (ws.enabled()) streamed(s, x, emit);
+    if constexpr (kStream) streamed(s, x, emit);
     else registers(s, x, emit);
   }
 
@@ -865,7 +870,7 @@ __device__ void spin_until(const unsigned* counter, uint32_t target) {
 
 }  // namespace
 
-template <bool kFp16>
+template <bool kFp16, bool kStream, bool kProfile>
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   extern __shared__ float4 dynamic_smem[];
   __shared__ float red[kWarps];
@@ -876,7 +881,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   __shared__ StreamState stream_state;
   const uint32_t wg = blockIdx.x;
   const uint32_t begin = p.wg_begin[wg], end = p.wg_begin[wg + 1];
-  unsigned long long* prof = p.profiling ? p.profile + size_t(wg) * kNumOps * kProfileFields : nullptr;
+  unsigned long long* prof = kProfile ? p.profile + size_t(wg) * kNumOps * kProfileFields : nullptr;
   WeightStream ws{p, stream_state, reinterpret_cast<uint8_t*>(dynamic_smem) + p.stream_ring_offset, begin, end};
   if (threadIdx.x == 0) {
     ws.init();
@@ -896,7 +901,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (stop) break;
       if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
-    Machine<kFp16> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
+    Machine<kFp16, kStream, kProfile> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     for (uint32_t i = begin; i < end; ++i) {
       unsigned long long t0 = 0, t1 = 0;
       if (threadIdx.x == 0 && prof) t0 = global_timer_ns();
@@ -905,7 +910,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (threadIdx.x == 0) {
         current = p.instrs[i];
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
-        if (ws.enabled()) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
+        if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         for (int w = 0; w < current.num_waits; ++w)
           spin_until(p.counters + current.waits[w].counter, wait_target(current.waits[w], step));
         if (prof) t1 = global_timer_ns();
@@ -929,18 +934,32 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
           f[kProfWait] += t1 - t0;
           f[kProfPrologue] += m.prologue_end > t1 ? m.prologue_end - t1 : 0;
           f[kProfSignal] += t2 - tb;
+          if (step == uint32_t(p.trace_step)) {
+            unsigned long long* tr = p.trace + size_t(i) * 4;
+            tr[0] = t0, tr[1] = t1, tr[2] = m.prologue_end, tr[3] = t2;
+          }
         }
       }
     }
   }
   if (threadIdx.x == 0) {
-    if (ws.enabled()) ws.drain();  // chunks issued ahead for steps that did not run
+    if constexpr (kStream) ws.drain();  // chunks issued ahead for steps that did not run
     p.progress[2 * wg + 1] = 0xffffffffu;
   }
 }
 
-const void* monokernel_entry(bool fp16) {
-  return fp16 ? reinterpret_cast<const void*>(&monokernel<true>) : reinterpret_cast<const void*>(&monokernel<false>);
+const void* monokernel_entry(bool fp16, bool stream, bool profile) {
+  auto entry = [](auto kernel) { return reinterpret_cast<const void*>(kernel); };
+#if defined(MK_PLATFORM_NVIDIA)
+  if (stream) {
+    if (fp16) return profile ? entry(&monokernel<true, true, true>) : entry(&monokernel<true, true, false>);
+    return profile ? entry(&monokernel<false, true, true>) : entry(&monokernel<false, true, false>);
+  }
+#else
+  (void)stream;  // AMD: no weight stream in this build (device/weight_stream.h)
+#endif
+  if (fp16) return profile ? entry(&monokernel<true, false, true>) : entry(&monokernel<true, false, false>);
+  return profile ? entry(&monokernel<false, false, true>) : entry(&monokernel<false, false, false>);
 }
 
 }  // namespace mk::dev

@@ -3,7 +3,9 @@
 
 namespace mk::dev {
 
-// The kernel instantiation for BF16 (fp16 == false) or F16 weights, as a launchable function pointer.
-const void* monokernel_entry(bool fp16);
+// The kernel instantiation, as a launchable function pointer, for BF16 (fp16 == false) or F16 weights,
+// with GEMV weights through the weight stream (stream; NVIDIA only, otherwise ignored) or registers, and
+// with or without the --profile / --trace timers.
+const void* monokernel_entry(bool fp16, bool stream, bool profile);
 
 }  // namespace mk::dev

@@ -111,17 +111,23 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
                               std::string(arch_name(GetParam().arch)) + " " + std::string(dtype_name(GetParam().dtype)));
 }
 
-// The other engine configurations on the same check: weights through registers (the AMD path), and the
+// The other engine configurations on the same check: weights through registers (the AMD path), the
 // stage-barrier schedule on a weight stream of two 1 KiB slots that issues 3 instructions ahead, so the
-// ring wraps many times per instruction and chunks are issued across step boundaries.
+// ring wraps many times per instruction and chunks are issued across step boundaries, and the profiling
+// kernels (their own instantiations) with a trace, whose timestamps must be ordered for every instruction.
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
   auto model = tiny_of(GetParam(), "gpu-emu-engines");
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     GpuOptions gopt;
     gopt.context = 128;
-    if (variant == 0) {
+    if (variant == 0 || variant == 3) {
       gopt.stream_slots = 0;
-    } else {
+    }
+    if (variant >= 2) {
+      gopt.profile = true;
+      gopt.trace_step = 6;  // a generating step: the prompt has 5 tokens
+    }
+    if (variant == 1) {
       gopt.stage_barriers = true;
       gopt.stream_slots = 2;
       gopt.stream_slot_kib = 1;
@@ -131,6 +137,21 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
     auto gpu = create_gpu_backend(*model, gopt);
     expect_gpu_matches_emulator(*model, *gpu, 128, {1, 7, 42, 99, 3}, 40,
                                 std::string(arch_name(GetParam().arch)) + ", " + gpu->name());
+    if (gopt.profile) {
+      const auto& trace = gpu->profile().trace;
+      ASSERT_EQ(trace.size(), gpu->schedule().instrs.size());
+      for (size_t i = 0; i < trace.size(); ++i) {
+        const auto& t = trace[i];
+        SCOPED_TRACE(gpu->schedule().describe(gpu->schedule().instrs[i]));
+        EXPECT_GT(t.start, 0.0);
+        EXPECT_LE(t.start, t.ready);
+        EXPECT_LE(t.ready, t.done);
+        if (t.prologue_end > 0) {
+          EXPECT_LE(t.ready, t.prologue_end);
+          EXPECT_LE(t.prologue_end, t.done);
+        }
+      }
+    }
   }
 }
 
