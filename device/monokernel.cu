@@ -872,7 +872,11 @@ __device__ void spin_until(const unsigned* counter, uint32_t target) {
 
 template <bool kFp16, bool kStream, bool kProfile>
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
-  extern __shared__ float4 dynamic_smem[];
+  // Aligned to 1 KiB: the weight stream's slots and the activation planes sit at fixed offsets in it, and
+  // where the static variables above left it (544 bytes in) the kernel ran 1.5-2% slower on an H200
+  // (docs/log.md, fifth session: the alignment that shifted with unrelated changes explains most of the
+  // "code layout" effect measured before it).
+  extern __shared__ __align__(1024) float4 dynamic_smem[];
   __shared__ float red[kWarps];
   // Raw storage: HIP rejects __shared__ objects with constructors (Instr has member initialisers).
   __shared__ uint4 current_storage[(sizeof(Instr) + 15) / 16];
