@@ -503,7 +503,7 @@ class MonokernelBackend final : public GpuBackend {
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
   DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
-      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, row_pools_;
+      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};
