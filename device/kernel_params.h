@@ -19,10 +19,15 @@ inline constexpr int kMaxStreamSlots = 16;  // shared-memory slots of the weight
 // and the signal at the end (counter release).
 enum ProfileField { kProfExec, kProfWait, kProfPrologue, kProfSignal, kProfileFields };
 
+// Staged K/V rows are padded by 8 elements: every row starts 16-byte aligned (one 16-byte load per 8
+// elements), and rows 16 bytes apart modulo 128 keep a quarter-warp's 16-byte loads of 8 rows on
+// distinct banks.
+MK_HD_INLINE int attention_row_stride(int head_dim) { return head_dim + 8; }
+
 // Positions of K/V staged in shared memory per attention tile: up to ~36 KiB of K plus V, so that a
 // whole split (kPositionsPerSplit = 128 positions) of a 64-wide head is one tile.
 MK_HD_INLINE int attention_tile_positions(int head_dim) {
-  const int t = (36 * 1024) / (2 * 2 * (head_dim + 2));
+  const int t = (36 * 1024) / (2 * 2 * attention_row_stride(head_dim));
   return t > 128 ? 128 : t;
 }
 
@@ -42,7 +47,7 @@ struct AttentionSmem {
 inline size_t attention_smem_bytes(const ModelDims& d) {
   const int hd = d.head_dim, G = d.group_size, tile = attention_tile_positions(hd);
   const size_t floats = size_t((G + 2) * hd + hd + G * hd + 3 * G + G * tile);
-  return floats * 4 + size_t(2 * tile * (hd + 2)) * 2;
+  return (floats * 4 + 15) / 16 * 16 + size_t(2 * tile * attention_row_stride(hd)) * 2;  // K starts 16-byte aligned
 }
 
 // Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces

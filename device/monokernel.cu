@@ -248,7 +248,7 @@ __device__ AttentionSmem attention_smem(const ModelDims& d, float* base) {
   AttentionSmem a{};
   const int hd = d.head_dim, G = d.group_size;
   a.tile = attention_tile_positions(hd);
-  a.stride = hd + 2;
+  a.stride = attention_row_stride(hd);
   a.group = base;
   a.cos = a.group + (G + 2) * hd;
   a.sin = a.cos + hd / 2;
@@ -257,7 +257,8 @@ __device__ AttentionSmem attention_smem(const ModelDims& d, float* base) {
   a.l = a.m + G;
   a.corr = a.l + G;
   a.scores = a.corr + G;
-  a.k = reinterpret_cast<uint16_t*>(a.scores + G * a.tile);
+  // K and V rows are read 16 bytes at a time: K starts at the next 16-byte boundary (the base is aligned).
+  a.k = reinterpret_cast<uint16_t*>(a.scores + (G * a.tile + 3 * G + 3) / 4 * 4 - 3 * G);
   a.v = a.k + a.tile * a.stride;
   return a;
 }
@@ -432,9 +433,7 @@ struct Machine {
         if (i >= 2 * nt * row8) break;
         const int j = i < nt * row8 ? i : i - nt * row8;
         uint16_t* dst = (i < nt * row8 ? a.k : a.v) + (j / row8) * a.stride + (j % row8) * 8;
-        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) reinterpret_cast<uint32_t*>(dst)[e] = w[e];  // rows are 4-byte aligned
+        *reinterpret_cast<uint4*>(dst) = v[k];  // rows are 16-byte aligned (attention_row_stride)
       }
     }
   }
@@ -520,16 +519,15 @@ struct Machine {
       // any, was written from the group's K/V above.
       if (t0 != p0) stage_tile(cache_base, t0, nt, a);
       __syncthreads();
-      // Scores, a thread per (head, position).
+      // Scores, a thread per (head, position): 16-byte loads, 8 elements of K and of q (broadcast) each;
+      // the loop is bound by shared-memory loads (docs/log.md, fifth session).
       for (int idx = threadIdx.x; idx < G * nt; idx += kThreads) {
         const int j = idx / nt, t = idx % nt;
-        const float* q = a.group + j * hd;
-        const uint32_t* krow = reinterpret_cast<const uint32_t*>(a.k + t * a.stride);
+        const float4* q = reinterpret_cast<const float4*>(a.group + j * hd);
+        const uint4* krow = reinterpret_cast<const uint4*>(a.k + t * a.stride);
         float dot = 0.f;
-        for (int e = 0; e < hd / 2; ++e) {
-          const uint32_t w = krow[e];
-          dot += q[2 * e] * __uint_as_float(w << 16) + q[2 * e + 1] * __uint_as_float(w & 0xffff0000u);
-        }
+#pragma unroll 1
+        for (int c = 0; c < hd / 8; ++c) dot += dot8<false>(krow[c], q[2 * c], q[2 * c + 1]);  // the cache is bf16
         a.scores[j * a.tile + t] = dot * scale;
       }
       __syncthreads();
