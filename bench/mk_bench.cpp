@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "device/bandwidth.h"
@@ -60,7 +61,7 @@ void print_trace(const DepthResult& r, const mk::Schedule& s, int step) {
   };
   std::vector<Stage> stages;
   std::vector<size_t> order(s.instrs.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::iota(order.begin(), order.end(), size_t(0));
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s.instrs[a].seq < s.instrs[b].seq; });
   for (size_t i : order) {
     const mk::Instr& in = s.instrs[i];

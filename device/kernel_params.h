@@ -44,10 +44,17 @@ struct AttentionSmem {
   uint16_t *k, *v;
   int tile, stride;  // positions per tile; K/V row stride in elements (padded)
 };
+// Float offset of the staged K tile in the attention instruction's shared memory: after q/k/v, RoPE,
+// o, m, l, corr and the scores, rounded up to 16 bytes (K and V rows are read 16 bytes at a time).
+// attention_smem places it there and attention_smem_bytes sizes the area with it.
+MK_HD_INLINE int attention_k_offset(const ModelDims& d) {
+  const int hd = d.head_dim, G = d.group_size;
+  const int floats = (G + 2) * hd + hd + G * hd + 3 * G + G * attention_tile_positions(hd);
+  return (floats + 3) / 4 * 4;
+}
 inline size_t attention_smem_bytes(const ModelDims& d) {
-  const int hd = d.head_dim, G = d.group_size, tile = attention_tile_positions(hd);
-  const size_t floats = size_t((G + 2) * hd + hd + G * hd + 3 * G + G * tile);
-  return (floats * 4 + 15) / 16 * 16 + size_t(2 * tile * attention_row_stride(hd)) * 2;  // K starts 16-byte aligned
+  const int tile = attention_tile_positions(d.head_dim);
+  return size_t(attention_k_offset(d)) * 4 + size_t(2 * tile * attention_row_stride(d.head_dim)) * 2;
 }
 
 // Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces

@@ -257,8 +257,7 @@ __device__ AttentionSmem attention_smem(const ModelDims& d, float* base) {
   a.l = a.m + G;
   a.corr = a.l + G;
   a.scores = a.corr + G;
-  // K and V rows are read 16 bytes at a time: K starts at the next 16-byte boundary (the base is aligned).
-  a.k = reinterpret_cast<uint16_t*>(a.scores + (G * a.tile + 3 * G + 3) / 4 * 4 - 3 * G);
+  a.k = reinterpret_cast<uint16_t*>(base + attention_k_offset(d));  // 16-byte aligned (so is the base)
   a.v = a.k + a.tile * a.stride;
   return a;
 }
@@ -871,7 +870,7 @@ __device__ void spin_until(const unsigned* counter, uint32_t target) {
 template <bool kFp16, bool kStream, bool kProfile>
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // Aligned to 1 KiB: the weight stream's slots and the activation planes sit at fixed offsets in it, and
-  // where the static variables above left it (544 bytes in) the kernel ran 1.5-2% slower on an H200
+  // where the static variables above left it (544 bytes in) the kernel ran 1.2-1.6% slower on an H200
   // (docs/log.md, fifth session: the alignment that shifted with unrelated changes explains most of the
   // "code layout" effect measured before it).
   extern __shared__ __align__(1024) float4 dynamic_smem[];

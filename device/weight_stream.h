@@ -145,7 +145,6 @@ struct WeightStream {
   uint8_t* ring;  // slots * slot_bytes of dynamic shared memory
   uint32_t list_begin, list_end;
 
-  __device__ bool enabled() const { return p.stream_slots != 0; }
   __device__ uint32_t slot_of(uint32_t seq) const { return seq % p.stream_slots; }
   __device__ uint8_t* slot_data(uint32_t seq) const { return ring + size_t(slot_of(seq)) * p.stream_slot_bytes; }
 
