@@ -313,7 +313,7 @@ class MonokernelBackend final : public GpuBackend {
     upload(instrs_, schedule_.instrs, "the schedule");
     upload(wg_begin_, schedule_.wg_begin, "the schedule");
     upload(rope_, rope_table(cfg_, opt_.context), "the RoPE table");
-    counters_.allocate(schedule_.num_counters() * sizeof(unsigned), "counters");
+    counters_.allocate(dev::counter_word(schedule_.num_counters()) * sizeof(unsigned), "counters");
     stop_flag_.allocate(sizeof(uint32_t), "the stop flag");
     const size_t H = size_t(cfg_.hidden_size), S = size_t(schedule_.attention_splits), hd = size_t(cfg_.head_dim);
     x_.allocate(H * 4, "x");
@@ -431,14 +431,15 @@ class MonokernelBackend final : public GpuBackend {
   [[noreturn]] void report_hang_and_exit() {
     std::string text = fmt::format("monokernel watchdog: no workgroup made progress for {:.1f} s; stuck workgroups:", opt_.watchdog_seconds);
     // Counters live in device memory: read them on a separate stream (the kernel still occupies the GPU).
-    std::vector<unsigned> counters(schedule_.num_counters(), 0);
+    std::vector<unsigned> lines(dev::counter_word(schedule_.num_counters()), 0), counters(schedule_.num_counters(), 0);
     bool have_counters = false;
     hipStream_t side = nullptr;
     if (hipStreamCreateWithFlags(&side, hipStreamNonBlocking) == hipSuccess &&
-        hipMemcpyAsync(counters.data(), counters_.ptr, counters.size() * sizeof(unsigned), hipMemcpyDeviceToHost, side) == hipSuccess) {
+        hipMemcpyAsync(lines.data(), counters_.ptr, lines.size() * sizeof(unsigned), hipMemcpyDeviceToHost, side) == hipSuccess) {
       const auto deadline = Clock::now() + std::chrono::seconds(2);
       while (hipStreamQuery(side) == hipErrorNotReady && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       have_counters = hipStreamQuery(side) == hipSuccess;
+      for (uint32_t c = 0; c < schedule_.num_counters(); ++c) counters[c] = lines[dev::counter_word(c)];
     }
     std::vector<WorkgroupPosition> blocked;
     for (int w = 0; w < schedule_.num_workgroups; ++w) {

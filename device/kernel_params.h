@@ -69,6 +69,12 @@ MK_HD_INLINE size_t gemv_residual_offset(const ModelDims& d) {
   return down > o_proj ? down : o_proj;
 }
 
+// Each schedule counter on its own 128-byte line (the L2 line of Hopper and CDNA3): packed, the counters
+// of consecutive stages shared lines, so one stage's release-adds and the next stage's polls hit the same
+// line. Counter c is word c * kCounterStride of KernelParams::counters.
+inline constexpr int kCounterStride = 32;
+MK_HD_INLINE size_t counter_word(uint32_t c) { return size_t(c) * kCounterStride; }
+
 // Written by the kernel into host-mapped memory while it runs.
 struct HostChannel {
   volatile uint32_t token_count;  // tokens published so far in this launch
@@ -82,7 +88,7 @@ struct KernelParams {
   // Schedule.
   const Instr* instrs;
   const uint32_t* wg_begin;
-  unsigned* counters;
+  unsigned* counters;  // counter c at word counter_word(c)
   uint32_t sample_counter;
   // Weights (one image) and their offsets.
   const uint8_t* weights;

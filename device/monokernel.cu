@@ -76,18 +76,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// Sum over the block; every thread gets the total (summed in a fixed order: deterministic).
-__device__ float block_sum(float v, float* red) {
-  v = warp_sum(v);
-  if (lane_id() == 0) red[warp_id()] = v;
-  __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += red[w];
-  __syncthreads();
-  return total;
-}
-
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
 
 // 8 weights (one 16-byte load) times 8 activations (a: the first four, b: the last four).
@@ -199,23 +187,51 @@ __device__ void load_to_planes(const float* src, int n, float* dst) {
 }
 
 // Starts copying an n-element f32 norm weight (constant) into shared memory in the planes' order; the
-// copies land while the instruction waits for its inputs (rms_norm_to_planes waits for them).
+// copies land while the instruction waits for its inputs (norm_input_to_planes waits for them).
 __device__ void stage_norm_weight(const float* weight, int n, float* dst) {
   const int n8 = n / 8;
   for (int q = threadIdx.x; q < n / 4; q += kThreads) copy_async_16(dst + 4 * plane_quad(q, n8), weight + 4 * q);
 }
 
-// xs = RMSNorm(x) * weight, in shared memory, in planes; `weight_planes`: the weight as staged by
-// stage_norm_weight (same plane order).
-__device__ void rms_norm_to_planes(const float* x, const float* weight_planes, int n, float eps, float* xs, float* red) {
-  load_to_planes(x, n, xs);
-  wait_async_copies();
-  __syncthreads();
+// The input of a GEMV behind an RMSNorm: xs = x * weight in shared memory, in planes, and 1 / rms(x), which
+// the emit applies to each dot product (they are linear in xs). Deferring the factor leaves one block
+// barrier on the critical path instead of three (sum of squares, then scale). Each thread handles the
+// same 16-byte pieces that stage_norm_weight gave it, so its own asynchronous copies of `weight_planes`
+// are all it waits for. `red`: 2 * kWarps floats; the factor ends in red[kWarps + w] for warp w, where
+// that warp's emits read it (kept in a register through the GEMV, it made the kernel spill).
+__device__ void norm_input_to_planes(const float* x, const float* weight_planes, int n, float eps, float* xs, float* red) {
+  const float4* s4 = reinterpret_cast<const float4*>(x);
+  const float4* w4 = reinterpret_cast<const float4*>(weight_planes);
+  float4* d4 = reinterpret_cast<float4*>(xs);
+  const int n4 = n / 4, n8 = n / 8;
+  constexpr int kBatch = 4;
   float ss = 0.f;
-  for (int i = threadIdx.x; i < n; i += kThreads) ss += xs[i] * xs[i];
-  const float inv = 1.0f / sqrtf(block_sum(ss, red) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) xs[i] = xs[i] * inv * weight_planes[i];
+  for (int base = int(threadIdx.x); base < n4; base += kThreads * kBatch) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      v[b] = i < n4 ? load_fresh(s4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (base == int(threadIdx.x)) wait_async_copies();
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      if (i < n4) {
+        const int q = plane_quad(i, n8);
+        const float4 w = w4[q];
+        ss += v[b].x * v[b].x + v[b].y * v[b].y + v[b].z * v[b].z + v[b].w * v[b].w;
+        d4[q] = make_float4(v[b].x * w.x, v[b].y * w.y, v[b].z * w.z, v[b].w * w.w);
+      }
+    }
+  }
+  ss = warp_sum(ss);
+  if (lane_id() == 0) red[warp_id()] = ss;
   __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[w];  // fixed order: every warp gets the same value
+  if (lane_id() == 0) red[kWarps + warp_id()] = 1.0f / sqrtf(total / float(n) + eps);
 }
 
 template <bool kFp16>
@@ -270,7 +286,7 @@ template <bool kFp16, bool kStream, bool kProfile>
 struct Machine {
   const KernelParams& p;
   float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
-  float* red;   // kWarps floats of reduction scratch
+  float* red;   // 2 * kWarps floats: the norm's partial sums, then each warp's copy of 1 / rms
   WeightStream& ws;
   uint32_t step;
   uint32_t index;  // of the running instruction in the workgroup's list
@@ -280,6 +296,10 @@ struct Machine {
     if constexpr (kProfile)
       if (threadIdx.x == 0) prologue_end = global_timer_ns();
   }
+
+  // The RMSNorm factor of the running GEMV (norm_input_to_planes), for its emit (lane 0).
+  __device__ float inv_rms() const { return red[kWarps + warp_id()]; }
+  __device__ void norm_prologue(const float* x) { norm_input_to_planes(x, staged_norm(), p.dims.hidden, p.dims.rms_eps, smem, red); }
 
   // Where a GEMV with a norm keeps its norm weight: right after its activation vector (hidden floats).
   __device__ float* staged_norm() const { return smem + p.dims.hidden; }
@@ -388,8 +408,7 @@ struct Machine {
     const ModelDims& d = p.dims;
     const float* bias = d.qkv_bias ? f32(L.bqkv) : nullptr;
     gemv(
-        in, [&] { rms_norm_to_planes(p.x, staged_norm(), d.hidden, d.rms_eps, smem, red); },
-        [&](uint32_t r, float v, float) { p.qkv[r] = v + (bias ? bias[r] : 0.f); });
+        in, [&] { norm_prologue(p.x); }, [&](uint32_t r, float v, float) { p.qkv[r] = v * inv_rms() + (bias ? bias[r] : 0.f); });
   }
 
   // Per-head RMSNorm (Qwen3) and RoPE of one head in shared memory; one warp.
@@ -514,10 +533,12 @@ struct Machine {
     const float scale = 1.0f / sqrtf(float(hd));
     for (int t0 = p0; t0 < p1; t0 += a.tile) {
       const int nt = min(a.tile, p1 - t0);
-      // The first tile's cached rows were staged before the wait (attention_prestage); its new row, if
-      // any, was written from the group's K/V above.
-      if (t0 != p0) stage_tile(cache_base, t0, nt, a);
-      __syncthreads();
+      // The first tile's cached rows were staged before the wait (attention_prestage) and its new row, if
+      // any, written from the group's K/V above: the barriers since then order them.
+      if (t0 != p0) {
+        stage_tile(cache_base, t0, nt, a);
+        __syncthreads();
+      }
       // Scores, a thread per (head, position): 16-byte loads, 8 elements of K and of q (broadcast) each;
       // the loop is bound by shared-memory loads (docs/log.md, fifth session).
       for (int idx = threadIdx.x; idx < G * nt; idx += kThreads) {
@@ -635,10 +656,13 @@ struct Machine {
   }
 
   __device__ void gate_up(const Instr& in) {
-    const ModelDims& d = p.dims;
     gemv(
-        in, [&] { rms_norm_to_planes(p.x, staged_norm(), d.hidden, d.rms_eps, smem, red); },
-        [&](uint32_t r, float g, float u) { p.h[r] = g / (1.0f + __expf(-g)) * u; });
+        in, [&] { norm_prologue(p.x); },
+        [&](uint32_t r, float g, float u) {
+          const float s = inv_rms();
+          g *= s;
+          p.h[r] = g / (1.0f + __expf(-g)) * u * s;
+        });
   }
 
   __device__ void down(const Instr& in) {
@@ -655,11 +679,10 @@ struct Machine {
 
   __device__ void lm_head(const Instr& in) {
     if (int(step) + 1 < p.ingest) return;  // a prompt step: nobody needs its logits
-    const ModelDims& d = p.dims;
     float best = -INFINITY;
     int32_t best_index = int32_t(in.begin);
-    auto norm = [&] { rms_norm_to_planes(p.x, staged_norm(), d.hidden, d.rms_eps, smem, red); };
-    gemv(in, norm, [&](uint32_t r, float v, float) {
+    gemv(in, [&] { norm_prologue(p.x); }, [&](uint32_t r, float v, float) {
+      v *= inv_rms();
       p.logits[r] = v;
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });
@@ -874,7 +897,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // (docs/log.md, fifth session: the alignment that shifted with unrelated changes explains most of the
   // "code layout" effect measured before it).
   extern __shared__ __align__(1024) float4 dynamic_smem[];
-  __shared__ float red[kWarps];
+  __shared__ float red[2 * kWarps];
   // Raw storage: HIP rejects __shared__ objects with constructors (Instr has member initialisers).
   __shared__ uint4 current_storage[(sizeof(Instr) + 15) / 16];
   Instr& current = *reinterpret_cast<Instr*>(current_storage);
@@ -893,7 +916,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   for (uint32_t step = 0; step < uint32_t(p.max_steps); ++step) {
     if (step > 0) {  // step gate: the previous step's Sample has run; did it end the launch?
       if (threadIdx.x == 0) {
-        spin_until(p.counters + p.sample_counter, step);
+        spin_until(p.counters + counter_word(p.sample_counter), step);
         stopped = load_fresh(p.stop_flag);
       }
       __syncthreads();
@@ -913,7 +936,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
         if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         for (int w = 0; w < current.num_waits; ++w)
-          spin_until(p.counters + current.waits[w].counter, wait_target(current.waits[w], step));
+          spin_until(p.counters + counter_word(current.waits[w].counter), wait_target(current.waits[w], step));
         if (prof) t1 = global_timer_ns();
       }
       __syncthreads();
@@ -924,7 +947,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       __syncthreads();
       if (threadIdx.x == 0) {
         const unsigned long long tb = prof ? global_timer_ns() : 0;
-        add_release(p.counters + in.signal, 1u);  // release: covers the whole block's writes (see release_block_writes)
+        add_release(p.counters + counter_word(in.signal), 1u);  // release: covers the whole block's writes (see release_block_writes)
         stream_state.base += stream_chunks(p, in, step);
         p.progress[2 * wg] = step;
         p.progress[2 * wg + 1] = i - begin + 1;
