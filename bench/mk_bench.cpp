@@ -15,6 +15,8 @@
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
+#include "topology/sync_grouping.h"
+#include "device/topology_probe.h"
 
 #include "mk_git_commit.h"  // generated at build time: MK_GIT_COMMIT
 
@@ -169,6 +171,11 @@ int run(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of the table");
   int splits = 0;
   app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
+  std::string sync_domains = "1";
+  app.add_option("--sync-domains", sync_domains,
+                 "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
+                 "w % N; 'probe' = the probed GPC/XCD map, fragments under 8 units merged")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (trace_step >= 0) {
     profile = true;
@@ -198,6 +205,18 @@ int run(int argc, char** argv) {
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
   opt.stream_slot_kib = slot_kib;
+  if (sync_domains == "probe") {
+    const mk::Topology t = mk::probe_topology(opt.device);
+    const std::vector<int> unit_group = mk::merge_small_domains(t, 8);
+    opt.unit_domain = mk::hw_id_group_table(t, unit_group);
+    opt.sync_domains = mk::count_groups(unit_group);
+  } else {
+    try {
+      opt.sync_domains = std::stoi(sync_domains);
+    } catch (const std::exception&) {
+      mk::fail("--sync-domains {}: expected a number or 'probe'", sync_domains);
+    }
+  }
   opt.stage_barriers = stage_barriers;
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();

@@ -123,11 +123,14 @@ class MonokernelBackend final : public GpuBackend {
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
+    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
+    const bool grouped = schedule_.sync_domains > 1;
     // The streamed kernel for planning the shared memory (its static part is the largest); the final
     // choice follows the plan.
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile);
-
-    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers});
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile, grouped);
+    for (size_t u = 0; u < opt.unit_domain.size(); ++u)
+      if (opt.unit_domain[u] < -1 || opt.unit_domain[u] >= opt.sync_domains)
+        fail("sync domains: hardware unit {} is mapped to domain {}, outside 0..{}", u, opt.unit_domain[u], opt.sync_domains - 1);
     if (opt.debug_edit_schedule) opt.debug_edit_schedule(schedule_);
     smem_bytes_ = shared_memory_bytes();
     int max_smem = 0;
@@ -135,7 +138,7 @@ class MonokernelBackend final : public GpuBackend {
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
     plan_weight_stream(size_t(max_smem));
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile);
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile, grouped);
     MK_GPU_CHECK(hipFuncSetAttribute(kernel_, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
     int per_sm = 0;
     MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_bytes_));
@@ -194,8 +197,13 @@ class MonokernelBackend final : public GpuBackend {
   int position() const override { return position_; }
   int context() const override { return opt_.context; }
   std::string name() const override {
-    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads, {})", info_.name, schedule_.num_workgroups,
-                       dev::kThreads, stream_description());
+    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads, {}, {})", info_.name, schedule_.num_workgroups,
+                       dev::kThreads, stream_description(), sync_description());
+  }
+  std::string sync_description() const {
+    if (schedule_.sync_domains <= 1) return "flat counters";
+    return fmt::format("{} of {} counters per-domain over {} domains{}", schedule_.num_counters() - schedule_.first_striped_counter,
+                       schedule_.num_counters(), schedule_.sync_domains, opt_.unit_domain.empty() ? " (workgroup % D)" : " (topology map)");
   }
   const GpuRunProfile& profile() const override { return profile_result_; }
   const GpuInfo& info() const override { return info_; }
@@ -313,7 +321,9 @@ class MonokernelBackend final : public GpuBackend {
     upload(instrs_, schedule_.instrs, "the schedule");
     upload(wg_begin_, schedule_.wg_begin, "the schedule");
     upload(rope_, rope_table(cfg_, opt_.context), "the RoPE table");
-    counters_.allocate(dev::counter_word(schedule_.num_counters()) * sizeof(unsigned), "counters");
+    counters_.allocate(dev::counter_word(schedule_.counter_lines()) * sizeof(unsigned), "counters");
+    if (!opt_.unit_domain.empty())
+      upload(unit_domain_, std::vector<int16_t>(opt_.unit_domain.begin(), opt_.unit_domain.end()), "the sync-domain map");
     stop_flag_.allocate(sizeof(uint32_t), "the stop flag");
     const size_t H = size_t(cfg_.hidden_size), S = size_t(schedule_.attention_splits), hd = size_t(cfg_.head_dim);
     x_.allocate(H * 4, "x");
@@ -346,6 +356,10 @@ class MonokernelBackend final : public GpuBackend {
     p.wg_begin = wg_begin_.as<uint32_t>();
     p.counters = counters_.as<unsigned>();
     p.sample_counter = schedule_.sample_counter;
+    p.first_striped_counter = schedule_.first_striped_counter;
+    p.sync_domains = uint32_t(schedule_.sync_domains);
+    p.unit_domain = unit_domain_.as<int16_t>();
+    p.unit_domain_len = uint32_t(opt_.unit_domain.size());
     p.weights = weights_.as<uint8_t>();
     p.layers = layers_.as<LayerOffsets>();
     p.embed = layout_.embed;
@@ -431,7 +445,7 @@ class MonokernelBackend final : public GpuBackend {
   [[noreturn]] void report_hang_and_exit() {
     std::string text = fmt::format("monokernel watchdog: no workgroup made progress for {:.1f} s; stuck workgroups:", opt_.watchdog_seconds);
     // Counters live in device memory: read them on a separate stream (the kernel still occupies the GPU).
-    std::vector<unsigned> lines(dev::counter_word(schedule_.num_counters()), 0), counters(schedule_.num_counters(), 0);
+    std::vector<unsigned> lines(dev::counter_word(schedule_.counter_lines()), 0), counters(schedule_.num_counters(), 0);
     bool have_counters = false;
     hipStream_t side = nullptr;
     if (hipStreamCreateWithFlags(&side, hipStreamNonBlocking) == hipSuccess &&
@@ -439,7 +453,9 @@ class MonokernelBackend final : public GpuBackend {
       const auto deadline = Clock::now() + std::chrono::seconds(2);
       while (hipStreamQuery(side) == hipErrorNotReady && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       have_counters = hipStreamQuery(side) == hipSuccess;
-      for (uint32_t c = 0; c < schedule_.num_counters(); ++c) counters[c] = lines[dev::counter_word(c)];
+      std::vector<unsigned> values(schedule_.counter_lines());
+      for (uint32_t l = 0; l < values.size(); ++l) values[l] = lines[dev::counter_word(l)];
+      counters = schedule_.counter_values(values);
     }
     std::vector<WorkgroupPosition> blocked;
     for (int w = 0; w < schedule_.num_workgroups; ++w) {
@@ -503,7 +519,7 @@ class MonokernelBackend final : public GpuBackend {
   size_t smem_bytes_ = 0;
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
-  DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
+  DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
       lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;

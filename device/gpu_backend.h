@@ -17,6 +17,11 @@ struct GpuOptions {
   int context = 4096;
   int attention_splits = 0;      // 0: chosen by build_schedule from the context
   bool stage_barriers = false;   // the flat-barrier schedule (ScheduleParams::stage_barriers), for comparison
+  // Per-domain counters (ScheduleParams::sync_domains; 1: all flat). unit_domain: hardware unit id (NVIDIA
+  // %smid, AMD amd_hw_id) -> domain in [0, sync_domains), -1 for none, e.g. topology/sync_grouping.h's
+  // hw_id_group_table of the probed map; empty: workgroup w takes domain w % sync_domains.
+  int sync_domains = 1;
+  std::vector<int> unit_domain;
   double watchdog_seconds = 10;  // no progress for this long: report the stuck instructions and exit(3)
   bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()
   // With profile: the step of each launch (0 = the first) whose instructions are timestamped one by one

@@ -69,11 +69,12 @@ MK_HD_INLINE size_t gemv_residual_offset(const ModelDims& d) {
   return down > o_proj ? down : o_proj;
 }
 
-// Each schedule counter on its own 128-byte line (the L2 line of Hopper and CDNA3): packed, the counters
-// of consecutive stages shared lines, so one stage's release-adds and the next stage's polls hit the same
-// line. Counter c is word c * kCounterStride of KernelParams::counters.
+// Each counter value (a flat counter, or one stripe of a per-domain counter: runtime/schedule.h's
+// counter_line) on its own 128-byte line (the L2 line of Hopper and CDNA3): packed, the counters of
+// consecutive stages shared lines, so one stage's release-adds and the next stage's polls hit the same
+// line. Line l is word l * kCounterStride of KernelParams::counters.
 inline constexpr int kCounterStride = 32;
-MK_HD_INLINE size_t counter_word(uint32_t c) { return size_t(c) * kCounterStride; }
+MK_HD_INLINE size_t counter_word(uint32_t line) { return size_t(line) * kCounterStride; }
 
 // Written by the kernel into host-mapped memory while it runs.
 struct HostChannel {
@@ -88,8 +89,14 @@ struct KernelParams {
   // Schedule.
   const Instr* instrs;
   const uint32_t* wg_begin;
-  unsigned* counters;  // counter c at word counter_word(c)
+  unsigned* counters;  // counter line l at word counter_word(l)
   uint32_t sample_counter;
+  // Per-domain counters (Schedule::first_striped_counter, sync_domains): a workgroup signals the stripe
+  // of its domain, unit_domain[hw_unit_id()] (device/hw_unit.h), or fallback_sync_domain() where the
+  // table has no entry (-1) or is absent (unit_domain_len 0).
+  uint32_t first_striped_counter, sync_domains;
+  const int16_t* unit_domain;
+  uint32_t unit_domain_len;
   // Weights (one image) and their offsets.
   const uint8_t* weights;
   const LayerOffsets* layers;

@@ -5,7 +5,8 @@ namespace mk::dev {
 
 // The kernel instantiation, as a launchable function pointer, for BF16 (fp16 == false) or F16 weights,
 // with GEMV weights through the weight stream (stream; NVIDIA only, otherwise ignored) or registers, and
-// with or without the --profile / --trace timers.
-const void* monokernel_entry(bool fp16, bool stream, bool profile);
+// with or without the --profile / --trace timers, for a schedule with per-domain counters (grouped) or
+// flat ones only.
+const void* monokernel_entry(bool fp16, bool stream, bool profile, bool grouped);
 
 }  // namespace mk::dev

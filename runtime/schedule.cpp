@@ -42,6 +42,18 @@ std::string Schedule::describe(const Instr& in) const {
   }
 }
 
+uint32_t Schedule::counter_lines() const {
+  return first_striped_counter + (num_counters() - first_striped_counter) * uint32_t(sync_domains);
+}
+
+std::vector<unsigned> Schedule::counter_values(const std::vector<unsigned>& lines) const {
+  std::vector<unsigned> values(num_counters(), 0);
+  for (uint32_t c = 0; c < num_counters(); ++c)
+    for (uint32_t d = 0; d < (striped(c) ? uint32_t(sync_domains) : 1u); ++d)
+      values[c] += lines.at(counter_line(c, d, first_striped_counter, uint32_t(sync_domains)));
+  return values;
+}
+
 int Schedule::workgroup_of(size_t index) const {
   auto it = std::upper_bound(wg_begin.begin(), wg_begin.end(), uint32_t(index));
   return int(it - wg_begin.begin()) - 1;
@@ -74,14 +86,30 @@ class Builder {
     lists_[size_t(wg)].push_back(in);
   }
 
-  Schedule finish(Schedule s) {
-    s.counter_names = std::move(names_);
+  // `domains` > 1: the counters with at least 2 * domains producers a step become per-domain counters,
+  // renumbered after the flat ones (Schedule::first_striped_counter).
+  Schedule finish(Schedule s, int domains) {
     s.wg_begin.push_back(0);
     for (auto& list : lists_) {
       s.instrs.insert(s.instrs.end(), list.begin(), list.end());
       s.wg_begin.push_back(uint32_t(s.instrs.size()));
     }
     s.instrs_per_step = int(seq_);
+    std::vector<uint32_t> producers(names_.size(), 0);
+    for (const Instr& in : s.instrs) ++producers[in.signal];
+    std::vector<uint32_t> flat, striped;
+    for (uint32_t c = 0; c < names_.size(); ++c)
+      (domains > 1 && producers[c] >= 2 * uint32_t(domains) ? striped : flat).push_back(c);
+    std::vector<uint32_t> renumber(names_.size());
+    for (uint32_t c : flat) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
+    for (uint32_t c : striped) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
+    for (Instr& in : s.instrs) {
+      in.signal = renumber[in.signal];
+      for (int w = 0; w < in.num_waits; ++w) in.waits[w].counter = renumber[in.waits[w].counter];
+    }
+    s.sample_counter = renumber[s.sample_counter];
+    s.sync_domains = striped.empty() ? 1 : domains;
+    s.first_striped_counter = uint32_t(flat.size());
     return s;
   }
 
@@ -112,6 +140,8 @@ void add_wait(Instr& in, uint32_t counter, uint32_t per_step, uint32_t lag = 0) 
 Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   const int W = p.num_workgroups;
   if (W < 1) fail("schedule: need at least one workgroup (got {})", W);
+  if (p.sync_domains < 1 || p.sync_domains > 32)
+    fail("schedule: sync domains must be between 1 and 32, one warp's lanes (got {})", p.sync_domains);
   if (c.num_layers > 65535) fail("schedule: {} layers is more than the 65535 an instruction can name", c.num_layers);
   Schedule s;
   s.num_workgroups = W;
@@ -205,7 +235,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   Instr sample = make(Op::Sample, 0, 0, uint32_t(c.vocab_size), s.sample_counter);
   add_wait(sample, lm_done, slot);
   b.pinned(sample, 0);
-  return b.finish(std::move(s));
+  return b.finish(std::move(s), p.sync_domains);
 }
 
 }  // namespace mk

@@ -5,6 +5,13 @@
 // and before it starts waits (acquire) until each of its counters reaches per_step * (step + 1 - lag).
 // Counters only grow during a launch, so a target names "this step's producers are all done".
 //
+// Two forms of counter (issue 4; the schedule picks one per counter): a flat counter is one value that
+// every producer adds to; a per-domain counter (ScheduleParams::sync_domains > 1, for the counters a whole
+// stage signals) has one stripe per sync domain (a GPC / XCD group of workgroups): a producer adds to its
+// own domain's stripe, and a waiter reads all stripes and waits until they sum to the target. The sum is
+// the flat counter's value, so the targets are the same; what changes is that each stripe receives only
+// its domain's release-adds. Every counter value (each stripe) lives on its own line: counter_line().
+//
 // One step, in canonical (sequential) order:
 //   Embed                            x = embedding[token]                         (workgroup 0)
 //   per layer l:
@@ -56,6 +63,10 @@ struct ScheduleParams {
   // true: every instruction waits for the whole previous stage (the flat-barrier schedule, kept as the
   // baseline that issue 4 measures against); false: attention waits only for its kv group's QKV rows.
   bool stage_barriers = false;
+  // Sync domains: 1 = every counter flat; D > 1: counters with at least 2 * D producers a step (a whole
+  // stage) get D stripes. Which workgroup is in which domain is decided where it runs (the GPU: the
+  // topology probe's map of its SM; the emulator: workgroup % D); any assignment is correct.
+  int sync_domains = 1;
 };
 
 struct Schedule {
@@ -68,8 +79,16 @@ struct Schedule {
   std::vector<uint32_t> wg_begin;  // workgroup w runs instrs[wg_begin[w] .. wg_begin[w+1])
   std::vector<std::string> counter_names;
   uint32_t sample_counter = 0;  // signalled once per step by Sample: the step gate
+  // Counters [0, first_striped_counter) are flat; the rest have sync_domains stripes each.
+  int sync_domains = 1;
+  uint32_t first_striped_counter = 0;
 
   uint32_t num_counters() const { return uint32_t(counter_names.size()); }
+  bool striped(uint32_t counter) const { return counter >= first_striped_counter; }
+  // Lines (counter values) in all: flat counters one each, per-domain counters sync_domains each.
+  uint32_t counter_lines() const;
+  // Each counter's value (per-domain counters: their stripes summed) from the values of all lines.
+  std::vector<unsigned> counter_values(const std::vector<unsigned>& lines) const;
   // "layer 3 attention (kv group 2, split 1)"; "lm_head rows [0, 972)".
   std::string describe(const Instr& instr) const;
   // Workgroup that owns instrs[index].
@@ -77,6 +96,15 @@ struct Schedule {
 };
 
 Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params);
+
+// The line of stripe `stripe` of counter c (flat counters: stripe is ignored): the flat counters first,
+// one line each, then the per-domain counters, `domains` lines each. Shared by the kernel and the emulator.
+MK_HD_INLINE uint32_t counter_line(uint32_t c, uint32_t stripe, uint32_t first_striped, uint32_t domains) {
+  return c < first_striped ? c : first_striped + (c - first_striped) * domains + stripe;
+}
+// The domain (stripe) of a workgroup when nothing better is known: the emulator's, and the GPU's when the
+// topology probe's map does not cover its unit.
+MK_HD_INLINE uint32_t fallback_sync_domain(uint32_t workgroup, uint32_t domains) { return workgroup % domains; }
 
 // Which positions of an n-position cache attention split `split` of S covers. The active splits grow
 // with the sequence, about kPositionsPerSplit positions each, up to S: a short sequence has few partials

@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
 
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
@@ -219,6 +222,83 @@ TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
   }
 }
 
+// Per-domain counters (issue 4): only the counters a whole stage signals get stripes, every stripe has a
+// line of its own, and the schedule computes exactly what the flat one does under every interleaving,
+// with every access ordered, for domain counts that do and do not divide the grid.
+TEST(Schedule, PerDomainCountersAreTheStageCountersWithALineEach) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "sched-domains");
+  const Schedule flat = build_schedule(model->config, ScheduleParams{16, 0, false, 1});
+  const Schedule grouped = build_schedule(model->config, ScheduleParams{16, 0, false, 5});
+  EXPECT_EQ(flat.first_striped_counter, flat.num_counters());
+  EXPECT_EQ(flat.counter_lines(), flat.num_counters());
+  ASSERT_EQ(grouped.num_counters(), flat.num_counters());
+  ASSERT_EQ(grouped.sync_domains, 5);
+  std::vector<std::string> striped;
+  for (uint32_t c = grouped.first_striped_counter; c < grouped.num_counters(); ++c) striped.push_back(grouped.counter_names[c]);
+  // 16 workgroups: attention (2 kv groups x 8 splits), o_proj, gate_up, down and the LM head have at least
+  // 2 x 5 producers a step; embed, sample and each kv group's 8 QKV blocks do not.
+  std::vector<std::string> expected;
+  for (int l = 0; l < model->config.num_layers; ++l)
+    for (const char* stage : {"attention", "o_proj", "gate_up", "down"}) expected.push_back(fmt::format("layer {} {}", l, stage));
+  expected.push_back("lm_head");
+  EXPECT_EQ(striped, expected);
+  EXPECT_FALSE(grouped.striped(grouped.sample_counter));
+  // Every (counter, stripe) has its own line, and the lines are exactly [0, counter_lines()).
+  std::vector<int> used(grouped.counter_lines(), 0);
+  for (uint32_t c = 0; c < grouped.num_counters(); ++c)
+    for (uint32_t d = 0; d < (grouped.striped(c) ? 5u : 1u); ++d) ++used.at(counter_line(c, d, grouped.first_striped_counter, 5));
+  EXPECT_EQ(std::count(used.begin(), used.end(), 1), std::ptrdiff_t(used.size()));
+  // Same instructions, waits and targets; only the counter numbering differs.
+  ASSERT_EQ(grouped.instrs.size(), flat.instrs.size());
+  for (size_t i = 0; i < flat.instrs.size(); ++i) {
+    const Instr &a = flat.instrs[i], &b = grouped.instrs[i];
+    EXPECT_EQ(flat.counter_names[a.signal], grouped.counter_names[b.signal]);
+    ASSERT_EQ(a.num_waits, b.num_waits);
+    for (int w = 0; w < a.num_waits; ++w) {
+      EXPECT_EQ(flat.counter_names[a.waits[w].counter], grouped.counter_names[b.waits[w].counter]);
+      EXPECT_EQ(a.waits[w].per_step, b.waits[w].per_step);
+    }
+  }
+  // Summing the stripes gives each counter's value.
+  std::vector<unsigned> lines(grouped.counter_lines(), 1);
+  const auto values = grouped.counter_values(lines);
+  EXPECT_EQ(values[grouped.first_striped_counter], 5u);
+  EXPECT_EQ(values[0], 1u);
+  EXPECT_THROW(build_schedule(model->config, ScheduleParams{16, 0, false, 33}), Error);
+}
+
+TEST(Emulator, PerDomainCountersComputeWhatFlatCountersDo) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Qwen3;
+  spec.eos = {};
+  auto model = tiny(spec, "emu-domains");
+  std::vector<int32_t> expected_tokens;
+  std::vector<std::vector<float>> expected_logits;
+  for (int domains : {1, 4, 5, 12})
+    for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+      EmulatorOptions opt;
+      opt.num_workgroups = 40;
+      opt.context = 48;
+      opt.attention_splits = 3;
+      opt.sync_domains = domains;
+      opt.interleaving = policy;
+      opt.interleave_seed = uint64_t(domains);
+      opt.record_logits = true;
+      Emulator emu(*model, opt);
+      auto r = greedy(emu, {2, 8, 16}, 10);
+      ASSERT_EQ(r.tokens.size(), 10u);
+      if (expected_tokens.empty()) {
+        expected_tokens = r.tokens;
+        expected_logits = emu.recorded_logits();
+        continue;
+      }
+      EXPECT_EQ(r.tokens, expected_tokens) << domains << " domains, " << interleaving_name(policy);
+      EXPECT_EQ(emu.recorded_logits(), expected_logits) << domains << " domains, " << interleaving_name(policy);
+    }
+}
+
 // Removes the waits of the first instruction matching `pred` in the schedule.
 template <typename Pred>
 Schedule without_wait(Schedule s, Pred pred) {
@@ -281,6 +361,36 @@ TEST(DependencyChecker, CatchesAnAttentionThatWaitsForTooFewQkvBlocks) {
   EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 attention \\(kv group 1, split [0-9]+\\)\n"
                                             "  producer: step 0, workgroup [0-9]+: layer 0 qkv rows \\[[0-9]+, [0-9]+\\)\n"
                                             "  buffer qkv"));
+}
+
+// A per-domain counter waited for one producer short: some stripe can be read before its last producer
+// released it, and the checker must see the unordered read (it acquires each stripe only as far as the
+// sum guarantees).
+TEST(DependencyChecker, CatchesAPerDomainWaitOneProducerShort) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "dep-domains");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 32;
+  opt.sync_domains = 4;
+  auto s = build_schedule(model->config, ScheduleParams{16, 0, false, 4});
+  for (auto& in : s.instrs)
+    if (in.op == Op::GateUp && in.layer == 0) {
+      ASSERT_TRUE(s.striped(in.waits[0].counter));
+      in.waits[0].per_step -= 1;
+    }
+  bool caught = false;
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random})
+    for (uint64_t seed = 1; seed <= 4 && !caught; ++seed) {
+      opt.interleaving = policy;
+      opt.interleave_seed = seed;
+      const std::string msg = run_and_catch(*model, s, opt);
+      if (msg.empty()) continue;
+      EXPECT_THAT(msg, HasSubstr("dependency violation"));
+      EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 gate_up rows"));
+      caught = true;
+    }
+  EXPECT_TRUE(caught) << "no interleaving exposed the missing producer";
 }
 
 TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {

@@ -71,7 +71,7 @@ struct Emulator::Impl {
     GenerateResult result;
     std::chrono::steady_clock::time_point t0;
   } run;
-  std::vector<uint32_t> counters;
+  std::vector<unsigned> counters;  // one value per counter line (Schedule::counter_lines)
   std::optional<emu::DependencyChecker> checker;
 
   Impl(const Model& m, Schedule s, const EmulatorOptions& o)
@@ -125,7 +125,7 @@ struct Emulator::Impl {
   void start_checker() {
     checker.reset();
     if (!opt.check_dependencies) return;
-    checker.emplace(schedule.num_workgroups, schedule.num_counters(), [this](const emu::InstrRef& r) { return describe(r); });
+    checker.emplace(schedule.num_workgroups, schedule.counter_lines(), [this](const emu::InstrRef& r) { return describe(r); });
     x.id = checker->add_buffer("x (residual stream)", x.data.size());
     qkv.id = checker->add_buffer("qkv", qkv.data.size());
     att_o.id = checker->add_buffer("attention partial outputs", att_o.data.size() / att_o.cell);
@@ -363,22 +363,44 @@ struct Emulator::Impl {
 
   static uint32_t target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
 
+  uint32_t line(uint32_t counter, uint32_t stripe) const {
+    return counter_line(counter, stripe, schedule.first_striped_counter, uint32_t(schedule.sync_domains));
+  }
+  uint32_t stripes(uint32_t counter) const { return schedule.striped(counter) ? uint32_t(schedule.sync_domains) : 1u; }
+  // What a waiter sees: the counter's value, its stripes summed.
+  uint32_t value(uint32_t counter) const {
+    uint32_t v = 0;
+    for (uint32_t d = 0; d < stripes(counter); ++d) v += counters[line(counter, d)];
+    return v;
+  }
+  // What a waiter that passed may rely on, conservatively: a flat counter, its first `target` releases;
+  // a per-domain counter, in each stripe the least value it can have read given that the stripes summed
+  // to at least `target` and none exceeded its value now (the GPU acquires each stripe as it reads it).
+  void acquire(int w, uint32_t counter, uint32_t target) {
+    if (!schedule.striped(counter)) return checker->acquire(w, line(counter, 0), target);
+    const uint32_t total = value(counter);
+    for (uint32_t d = 0; d < stripes(counter); ++d) {
+      const uint32_t mine = counters[line(counter, d)], others = total - mine;
+      checker->acquire(w, line(counter, d), target > others ? target - others : 0);
+    }
+  }
+
   // Whether workgroup `w` can take its next action now.
   bool ready(int w, const Workgroup& g) const {
     if (g.done) return false;
-    if (!g.gate_passed) return counters[schedule.sample_counter] >= g.step;
+    if (!g.gate_passed) return value(schedule.sample_counter) >= g.step;
     const uint32_t begin = schedule.wg_begin[size_t(w)], end = schedule.wg_begin[size_t(w) + 1];
     if (begin + g.pc == end) return true;  // moves to the next step's gate
     const Instr& in = schedule.instrs[begin + g.pc];
     for (int i = 0; i < in.num_waits; ++i)
-      if (counters[in.waits[i].counter] < target(in.waits[i], g.step)) return false;
+      if (value(in.waits[i].counter) < target(in.waits[i], g.step)) return false;
     return true;
   }
 
   void advance(int w, Workgroup& g) {
     const uint32_t begin = schedule.wg_begin[size_t(w)], end = schedule.wg_begin[size_t(w) + 1];
     if (!g.gate_passed) {  // step gate: the previous step's Sample has run; did it stop the launch?
-      if (checker) checker->acquire(w, schedule.sample_counter, g.step);
+      if (checker) acquire(w, schedule.sample_counter, g.step);
       const Ctx c{w, emu::InstrRef{g.step, kGateIndex, uint32_t(w)}};
       if (*read(c, stop_at, g.step - 1, g.step)) {
         g.done = true;
@@ -397,10 +419,11 @@ struct Emulator::Impl {
     const uint32_t index = begin + g.pc;
     const Instr& in = schedule.instrs[index];
     if (checker)
-      for (int i = 0; i < in.num_waits; ++i) checker->acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
+      for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
     execute(in, Ctx{w, emu::InstrRef{g.step, index, in.seq}}, g.step);
-    if (checker) checker->release(w, in.signal);
-    ++counters[in.signal];
+    const uint32_t signalled = line(in.signal, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
+    if (checker) checker->release(w, signalled);
+    ++counters[signalled];
     ++g.pc;
   }
 
@@ -411,11 +434,12 @@ struct Emulator::Impl {
       if (g.done) continue;
       blocked.push_back({int(w), g.step, !g.gate_passed, schedule.wg_begin[w] + g.pc});
     }
-    fail("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &counters));
+    const std::vector<unsigned> values = schedule.counter_values(counters);
+    fail("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &values));
   }
 
   void launch() {
-    counters.assign(schedule.num_counters(), 0);
+    counters.assign(schedule.counter_lines(), 0);
     std::vector<Workgroup> wgs(size_t(schedule.num_workgroups));
     std::mt19937_64 rng(opt.interleave_seed);
     std::vector<int> runnable;
@@ -473,7 +497,7 @@ struct Emulator::Impl {
 
 Emulator::Emulator(const Model& model, const EmulatorOptions& options)
     : Emulator(model,
-               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits}),
+               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, false, options.sync_domains}),
                options) {}
 
 Emulator::Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options)

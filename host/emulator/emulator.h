@@ -23,6 +23,7 @@ struct EmulatorOptions {
   int num_workgroups = 132;
   int context = 1024;
   int attention_splits = 0;  // 0: as build_schedule chooses
+  int sync_domains = 1;      // ScheduleParams::sync_domains; workgroup w signals stripe w % D
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)

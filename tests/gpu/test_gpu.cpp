@@ -114,10 +114,12 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
 // The other engine configurations on the same check: weights through registers (the AMD path), the
 // stage-barrier schedule on a weight stream of two 1 KiB slots that issues 3 instructions ahead, so the
 // ring wraps many times per instruction and chunks are issued across step boundaries, and the profiling
-// kernels (their own instantiations) with a trace, whose timestamps must be ordered for every instruction.
+// kernels (their own instantiations) with a trace, whose timestamps must be ordered for every instruction;
+// and per-domain counters (issue 4), with workgroup % 5 as the domains, and with a unit -> domain table
+// over 7 domains whose entries for units >= 100 are missing (those workgroups take the fallback).
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
   auto model = tiny_of(GetParam(), "gpu-emu-engines");
-  for (int variant = 0; variant < 4; ++variant) {
+  for (int variant = 0; variant < 6; ++variant) {
     GpuOptions gopt;
     gopt.context = 128;
     if (variant == 0 || variant == 3) {
@@ -134,7 +136,16 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
       gopt.stream_lookahead = 3;
       gopt.stream_early = -1;
     }
+    if (variant == 4) gopt.sync_domains = 5;
+    if (variant == 5) {
+      gopt.stream_slots = 0;
+      gopt.sync_domains = 7;
+      for (int unit = 0; unit < 256; ++unit) gopt.unit_domain.push_back(unit < 100 ? (unit / 3) % 7 : -1);
+    }
     auto gpu = create_gpu_backend(*model, gopt);
+    if (variant >= 4) {
+      ASSERT_GT(gpu->schedule().num_counters(), gpu->schedule().first_striped_counter);
+    }
     expect_gpu_matches_emulator(*model, *gpu, 128, {1, 7, 42, 99, 3}, 40,
                                 std::string(arch_name(GetParam().arch)) + ", " + gpu->name());
     if (gopt.profile) {
