@@ -66,16 +66,6 @@ __device__ __forceinline__ unsigned load_relaxed_gpu(const unsigned* p) {
 #endif
 }
 
-// After relaxed loads that saw other workgroups' release-adds: makes them synchronise with those adds, as
-// acquire loads would (one fence for several loads).
-__device__ __forceinline__ void fence_acquire_gpu() {
-#if defined(MK_PLATFORM_NVIDIA)
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#else
-  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
-#endif
-}
-
 // Host-mapped memory: the host reads these while the kernel runs.
 __device__ __forceinline__ void store_release_system(unsigned* p, unsigned v) {
 #if defined(MK_PLATFORM_NVIDIA)
