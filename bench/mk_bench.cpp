@@ -12,11 +12,11 @@
 
 #include "device/bandwidth.h"
 #include "device/gpu_backend.h"
+#include "device/topology_probe.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
 #include "topology/sync_grouping.h"
-#include "device/topology_probe.h"
 
 #include "mk_git_commit.h"  // generated at build time: MK_GIT_COMMIT
 

@@ -203,7 +203,7 @@ class MonokernelBackend final : public GpuBackend {
   std::string sync_description() const {
     if (schedule_.sync_domains <= 1) return "flat counters";
     return fmt::format("{} of {} counters per-domain over {} domains{}", schedule_.num_counters() - schedule_.first_striped_counter,
-                       schedule_.num_counters(), schedule_.sync_domains, opt_.unit_domain.empty() ? " (workgroup % D)" : " (topology map)");
+                       schedule_.num_counters(), schedule_.sync_domains, opt_.unit_domain.empty() ? " (workgroup % D)" : " (unit map)");
   }
   const GpuRunProfile& profile() const override { return profile_result_; }
   const GpuInfo& info() const override { return info_; }
