@@ -46,11 +46,19 @@ uint32_t Schedule::counter_lines() const {
   return first_striped_counter + (num_counters() - first_striped_counter) * uint32_t(sync_domains);
 }
 
+uint32_t Schedule::line(uint32_t counter, uint32_t stripe) const {
+  return counter_line(counter, stripe, first_striped_counter, uint32_t(sync_domains));
+}
+
+unsigned Schedule::counter_value(const std::vector<unsigned>& lines, uint32_t counter) const {
+  unsigned v = 0;
+  for (uint32_t d = 0; d < stripes(counter); ++d) v += lines.at(line(counter, d));
+  return v;
+}
+
 std::vector<unsigned> Schedule::counter_values(const std::vector<unsigned>& lines) const {
   std::vector<unsigned> values(num_counters(), 0);
-  for (uint32_t c = 0; c < num_counters(); ++c)
-    for (uint32_t d = 0; d < (striped(c) ? uint32_t(sync_domains) : 1u); ++d)
-      values[c] += lines.at(counter_line(c, d, first_striped_counter, uint32_t(sync_domains)));
+  for (uint32_t c = 0; c < num_counters(); ++c) values[c] = counter_value(lines, c);
   return values;
 }
 

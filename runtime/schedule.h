@@ -85,9 +85,14 @@ struct Schedule {
 
   uint32_t num_counters() const { return uint32_t(counter_names.size()); }
   bool striped(uint32_t counter) const { return counter >= first_striped_counter; }
+  uint32_t stripes(uint32_t counter) const { return striped(counter) ? uint32_t(sync_domains) : 1u; }
+  // The line of a counter's stripe (counter_line below).
+  uint32_t line(uint32_t counter, uint32_t stripe) const;
   // Lines (counter values) in all: flat counters one each, per-domain counters sync_domains each.
   uint32_t counter_lines() const;
-  // Each counter's value (per-domain counters: their stripes summed) from the values of all lines.
+  // A counter's value (per-domain counters: their stripes summed) from the values of all lines; and
+  // every counter's.
+  unsigned counter_value(const std::vector<unsigned>& lines, uint32_t counter) const;
   std::vector<unsigned> counter_values(const std::vector<unsigned>& lines) const;
   // "layer 3 attention (kv group 2, split 1)"; "lm_head rows [0, 972)".
   std::string describe(const Instr& instr) const;

@@ -193,13 +193,37 @@ TEST(Schedule, SplitRangesCoverTheCacheExactlyOnce) {
     }
 }
 
+// Greedy runs of one model under several emulator configurations: the first run's tokens and logits
+// are the expectation, and every later run must give them bit for bit.
+class SameAsFirstRun {
+ public:
+  SameAsFirstRun(const Model& model, int tokens) : model_(model), tokens_(tokens) {}
+  void check(const EmulatorOptions& opt, const std::string& what) {
+    Emulator emu(model_, opt);
+    auto r = greedy(emu, {2, 8, 16}, tokens_);
+    ASSERT_EQ(int(r.tokens.size()), tokens_) << what;
+    if (tokens_seen_.empty()) {
+      tokens_seen_ = r.tokens;
+      logits_seen_ = emu.recorded_logits();
+      return;
+    }
+    EXPECT_EQ(r.tokens, tokens_seen_) << what;
+    EXPECT_EQ(emu.recorded_logits(), logits_seen_) << what;
+  }
+
+ private:
+  const Model& model_;
+  int tokens_;
+  std::vector<int32_t> tokens_seen_;
+  std::vector<std::vector<float>> logits_seen_;
+};
+
 TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
   TinyModelSpec spec;
   spec.arch = Arch::Qwen3;
   spec.eos = {};
   auto model = tiny(spec, "emu-interleave");
-  std::vector<int32_t> expected_tokens;
-  std::vector<std::vector<float>> expected_logits;
+  SameAsFirstRun runs(*model, 12);
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     for (uint64_t seed = 1; seed <= (policy == Interleaving::Random ? 6u : 1u); ++seed) {
       EmulatorOptions opt;
@@ -209,15 +233,7 @@ TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
       opt.interleaving = policy;
       opt.interleave_seed = seed;
       opt.record_logits = true;
-      Emulator emu(*model, opt);
-      auto r = greedy(emu, {2, 8, 16}, 12);
-      if (expected_tokens.empty()) {
-        expected_tokens = r.tokens;
-        expected_logits = emu.recorded_logits();
-        continue;
-      }
-      EXPECT_EQ(r.tokens, expected_tokens) << interleaving_name(policy) << " seed " << seed;
-      EXPECT_EQ(emu.recorded_logits(), expected_logits) << interleaving_name(policy) << " seed " << seed;
+      ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("{} seed {}", interleaving_name(policy), seed)));
     }
   }
 }
@@ -248,7 +264,7 @@ TEST(Schedule, PerDomainCountersAreTheStageCountersWithALineEach) {
   // Every (counter, stripe) has its own line, and the lines are exactly [0, counter_lines()).
   std::vector<int> used(grouped.counter_lines(), 0);
   for (uint32_t c = 0; c < grouped.num_counters(); ++c)
-    for (uint32_t d = 0; d < (grouped.striped(c) ? 5u : 1u); ++d) ++used.at(counter_line(c, d, grouped.first_striped_counter, 5));
+    for (uint32_t d = 0; d < (grouped.striped(c) ? 5u : 1u); ++d) ++used.at(grouped.line(c, d));
   EXPECT_EQ(std::count(used.begin(), used.end(), 1), std::ptrdiff_t(used.size()));
   // Same instructions, waits and targets; only the counter numbering differs.
   ASSERT_EQ(grouped.instrs.size(), flat.instrs.size());
@@ -274,8 +290,7 @@ TEST(Emulator, PerDomainCountersComputeWhatFlatCountersDo) {
   spec.arch = Arch::Qwen3;
   spec.eos = {};
   auto model = tiny(spec, "emu-domains");
-  std::vector<int32_t> expected_tokens;
-  std::vector<std::vector<float>> expected_logits;
+  SameAsFirstRun runs(*model, 10);
   for (int domains : {1, 4, 5, 12})
     for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
       EmulatorOptions opt;
@@ -286,16 +301,7 @@ TEST(Emulator, PerDomainCountersComputeWhatFlatCountersDo) {
       opt.interleaving = policy;
       opt.interleave_seed = uint64_t(domains);
       opt.record_logits = true;
-      Emulator emu(*model, opt);
-      auto r = greedy(emu, {2, 8, 16}, 10);
-      ASSERT_EQ(r.tokens.size(), 10u);
-      if (expected_tokens.empty()) {
-        expected_tokens = r.tokens;
-        expected_logits = emu.recorded_logits();
-        continue;
-      }
-      EXPECT_EQ(r.tokens, expected_tokens) << domains << " domains, " << interleaving_name(policy);
-      EXPECT_EQ(emu.recorded_logits(), expected_logits) << domains << " domains, " << interleaving_name(policy);
+      ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("{} domains, {}", domains, interleaving_name(policy))));
     }
 }
 

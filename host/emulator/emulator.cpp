@@ -363,25 +363,17 @@ struct Emulator::Impl {
 
   static uint32_t target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
 
-  uint32_t line(uint32_t counter, uint32_t stripe) const {
-    return counter_line(counter, stripe, schedule.first_striped_counter, uint32_t(schedule.sync_domains));
-  }
-  uint32_t stripes(uint32_t counter) const { return schedule.striped(counter) ? uint32_t(schedule.sync_domains) : 1u; }
   // What a waiter sees: the counter's value, its stripes summed.
-  uint32_t value(uint32_t counter) const {
-    uint32_t v = 0;
-    for (uint32_t d = 0; d < stripes(counter); ++d) v += counters[line(counter, d)];
-    return v;
-  }
+  uint32_t value(uint32_t counter) const { return schedule.counter_value(counters, counter); }
   // What a waiter that passed may rely on, conservatively: a flat counter, its first `target` releases;
   // a per-domain counter, in each stripe the least value it can have read given that the stripes summed
   // to at least `target` and none exceeded its value now (the GPU acquires each stripe as it reads it).
   void acquire(int w, uint32_t counter, uint32_t target) {
-    if (!schedule.striped(counter)) return checker->acquire(w, line(counter, 0), target);
+    if (!schedule.striped(counter)) return checker->acquire(w, schedule.line(counter, 0), target);
     const uint32_t total = value(counter);
-    for (uint32_t d = 0; d < stripes(counter); ++d) {
-      const uint32_t mine = counters[line(counter, d)], others = total - mine;
-      checker->acquire(w, line(counter, d), target > others ? target - others : 0);
+    for (uint32_t d = 0; d < schedule.stripes(counter); ++d) {
+      const uint32_t mine = counters[schedule.line(counter, d)], others = total - mine;
+      checker->acquire(w, schedule.line(counter, d), target > others ? target - others : 0);
     }
   }
 
@@ -421,7 +413,7 @@ struct Emulator::Impl {
     if (checker)
       for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
     execute(in, Ctx{w, emu::InstrRef{g.step, index, in.seq}}, g.step);
-    const uint32_t signalled = line(in.signal, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
+    const uint32_t signalled = schedule.line(in.signal, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
     if (checker) checker->release(w, signalled);
     ++counters[signalled];
     ++g.pc;
