@@ -168,11 +168,14 @@ __device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int c
   out1 = warp_sum(acc1);
 }
 
-// Copies n floats (n % 8 == 0) produced in this launch into shared memory, in planes: 16-byte loads, four
-// in flight per thread before the first store (a plain loop would wait one L2 round trip per element).
-__device__ void load_to_planes(const float* src, int n, float* dst) {
+// Reads n floats (n % 8 == 0) produced in this launch, 16 bytes at a time with four loads in flight per
+// thread before the first use (a plain loop would wait one L2 round trip per element), and hands each
+// piece to put(q, v): its float4 index q in the planes, its value. Thread t gets pieces t, t + kThreads,
+// ..., the same ones stage_norm_weight gives it; `first()` runs once, after the loads of its first batch
+// are issued and before the first put.
+template <typename First, typename Put>
+__device__ __forceinline__ void for_each_fresh_quad(const float* src, int n, First first, Put put) {
   const float4* s4 = reinterpret_cast<const float4*>(src);
-  float4* d4 = reinterpret_cast<float4*>(dst);
   const int n4 = n / 4, n8 = n / 8;
   constexpr int kBatch = 4;
   for (int base = int(threadIdx.x); base < n4; base += kThreads * kBatch) {
@@ -182,10 +185,19 @@ __device__ void load_to_planes(const float* src, int n, float* dst) {
       const int i = base + b * kThreads;
       v[b] = i < n4 ? load_fresh(s4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    if (base == int(threadIdx.x)) first();
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b)
-      if (base + b * kThreads < n4) d4[plane_quad(base + b * kThreads, n8)] = v[b];
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      if (i < n4) put(plane_quad(i, n8), v[b]);
+    }
   }
+}
+
+// Copies n floats (n % 8 == 0) produced in this launch into shared memory, in planes.
+__device__ void load_to_planes(const float* src, int n, float* dst) {
+  float4* d4 = reinterpret_cast<float4*>(dst);
+  for_each_fresh_quad(src, n, [] {}, [&](int q, float4 v) { d4[q] = v; });
 }
 
 // Starts copying an n-element f32 norm weight (constant) into shared memory in the planes' order; the
@@ -202,31 +214,14 @@ __device__ void stage_norm_weight(const float* weight, int n, float* dst) {
 // are all it waits for. `red`: 2 * kWarps floats; the factor ends in red[kWarps + w] for warp w, where
 // that warp's emits read it (kept in a register through the GEMV, it made the kernel spill).
 __device__ void norm_input_to_planes(const float* x, const float* weight_planes, int n, float eps, float* xs, float* red) {
-  const float4* s4 = reinterpret_cast<const float4*>(x);
   const float4* w4 = reinterpret_cast<const float4*>(weight_planes);
   float4* d4 = reinterpret_cast<float4*>(xs);
-  const int n4 = n / 4, n8 = n / 8;
-  constexpr int kBatch = 4;
   float ss = 0.f;
-  for (int base = int(threadIdx.x); base < n4; base += kThreads * kBatch) {
-    float4 v[kBatch];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = base + b * kThreads;
-      v[b] = i < n4 ? load_fresh(s4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    if (base == int(threadIdx.x)) wait_async_copies();
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int i = base + b * kThreads;
-      if (i < n4) {
-        const int q = plane_quad(i, n8);
-        const float4 w = w4[q];
-        ss += v[b].x * v[b].x + v[b].y * v[b].y + v[b].z * v[b].z + v[b].w * v[b].w;
-        d4[q] = make_float4(v[b].x * w.x, v[b].y * w.y, v[b].z * w.z, v[b].w * w.w);
-      }
-    }
-  }
+  for_each_fresh_quad(x, n, [] { wait_async_copies(); }, [&](int q, float4 v) {
+    const float4 w = w4[q];
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    d4[q] = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+  });
   ss = warp_sum(ss);
   if (lane_id() == 0) red[warp_id()] = ss;
   __syncthreads();
