@@ -10,9 +10,9 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
-#include "device/bandwidth.h"
+#include "device/measure/bandwidth.h"
 #include "device/gpu_backend.h"
-#include "device/topology_probe.h"
+#include "device/measure/topology_probe.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"

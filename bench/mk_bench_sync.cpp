@@ -1,5 +1,5 @@
 // mk-bench-sync: what device-wide synchronization costs at the monokernel's real grid (one 512-thread
-// block per SM/CU, cooperative launch): µs per grid barrier of each kind in device/sync_primitives.h next
+// block per SM/CU, cooperative launch): µs per grid barrier of each kind in device/measure/sync_primitives.h next
 // to the cooperative-groups grid barrier, and the one-way latency of a counter hand-off between two blocks
 // in the same / different topology groups. Each kind also runs once with in-kernel checks; a kind that is
 // fast but lets stale data through is reported as WRONG (exit status 3).
@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "device/sync_bench.h"
-#include "device/topology_probe.h"
+#include "device/measure/sync_bench.h"
+#include "device/measure/topology_probe.h"
 #include "runtime/error.h"
 #include "topology/sync_grouping.h"
 #include "topology/topology.h"

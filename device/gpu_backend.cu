@@ -13,6 +13,7 @@
 
 #include "device/gpu.h"
 #include "device/kernel_params.h"
+#include "device/kernel_plan.h"
 #include "device/monokernel.h"
 #include "device/weights_fill.h"
 #include "runtime/error.h"
@@ -132,7 +133,7 @@ class MonokernelBackend final : public GpuBackend {
       if (opt.unit_domain[u] < -1 || opt.unit_domain[u] >= opt.sync_domains)
         fail("sync domains: hardware unit {} is mapped to domain {}, outside 0..{}", u, opt.unit_domain[u], opt.sync_domains - 1);
     if (opt.debug_edit_schedule) opt.debug_edit_schedule(schedule_);
-    smem_bytes_ = shared_memory_bytes();
+    smem_bytes_ = dev::activation_smem_bytes(schedule_, dims());
     int max_smem = 0;
     MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
     if (smem_bytes_ > size_t(max_smem))
@@ -227,30 +228,17 @@ class MonokernelBackend final : public GpuBackend {
   }
 
  private:
-  // The weight stream's ring goes after the activation area, in the shared memory left over: as many
-  // slots as fit (at most kMaxStreamSlots), each holding at least one row of every GEMV (gate_up: a gate
-  // and an up row). Default size: as many of the longest rows as fit in 56 KiB, so that a chunk of the
-  // longest GEMV rows wastes no slot space (48 KiB = 3 down rows for Llama-3.2-1B, 56 KiB = 2 for
-  // Llama-3.1-8B; measured best on an H200 against 32/40/48/56/64 KiB, docs/log.md v14).
+  // The weight stream's ring in the shared memory the activation area leaves (device/kernel_plan.h).
   void plan_weight_stream(size_t max_smem) {
 #if defined(MK_PLATFORM_NVIDIA)
-    if (opt_.stream_slots == 0) return;
     hipFuncAttributes attr{};
     MK_GPU_CHECK(hipFuncGetAttributes(&attr, kernel_));
-    constexpr size_t kDefaultSlotLimit = 56 * 1024;
-    const size_t longest_row = std::max({size_t(cfg_.hidden_size) * 4, size_t(cfg_.q_dim()) * 2, size_t(cfg_.intermediate_size) * 2});
-    // An explicit size is taken as is (tests use tiny slots to make the ring wrap often).
-    const size_t slot = opt_.stream_slot_kib > 0 ? std::max(longest_row, size_t(opt_.stream_slot_kib) * 1024)
-                                                 : std::max(longest_row, kDefaultSlotLimit / longest_row * longest_row);
-    const size_t ring_offset = (smem_bytes_ + 127) / 128 * 128;
-    const size_t room = max_smem > attr.sharedSizeBytes + ring_offset ? max_smem - attr.sharedSizeBytes - ring_offset : 0;
-    size_t slots = std::min(room / slot, size_t(dev::kMaxStreamSlots));
-    if (opt_.stream_slots > 0) slots = std::min(slots, size_t(opt_.stream_slots));
-    if (slots < 2) return;  // not enough room to overlap anything: weights go through registers
-    stream_slots_ = uint32_t(slots);
-    stream_slot_bytes_ = uint32_t(slot);
-    stream_ring_offset_ = uint32_t(ring_offset);
-    smem_bytes_ = ring_offset + slots * slot;
+    const dev::StreamPlan plan =
+        dev::plan_weight_stream(dims(), smem_bytes_, max_smem, attr.sharedSizeBytes, opt_.stream_slots, opt_.stream_slot_kib);
+    stream_slots_ = plan.slots;
+    stream_slot_bytes_ = plan.slot_bytes;
+    stream_ring_offset_ = plan.ring_offset;
+    smem_bytes_ = plan.smem_bytes;
 #else
     (void)max_smem;  // AMD: no bulk copies into LDS in this build; weights go through registers
 #endif
@@ -262,41 +250,17 @@ class MonokernelBackend final : public GpuBackend {
                        opt_.stream_lookahead, opt_.stream_early < 0 ? int(stream_slots_) : opt_.stream_early);
   }
 
-  // Largest dynamic shared memory any instruction needs (see the kernel's use of `smem`).
-  size_t shared_memory_bytes() const {
-    const size_t warps = size_t(dev::kThreads / 32);  // NVIDIA warps; AMD has fewer (64-lane waves)
-    // GEMVs with a norm: the activations, then the staged norm weight (hidden each). o_proj / down: their
-    // activation data, then the residual rows they add to (the kernel's residual_rows()).
-    uint32_t residual_rows = 0;
-    for (const Instr& in : schedule_.instrs)
-      if (in.op == Op::OProj || in.op == Op::Down) residual_rows = std::max(residual_rows, in.end - in.begin);
-    const size_t gemv = std::max(size_t(2 * cfg_.hidden_size + 2 * int(warps)), dev::gemv_residual_offset(dims()) + residual_rows);
-    const size_t attention = dev::attention_smem_bytes(dims()) / sizeof(float) + 1;
-    const size_t sampler = dev::kSampleBins + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + warps + 4;
-    return std::max({gemv, attention, sampler}) * sizeof(float);
-  }
+  dev::ModelDims dims() const { return dev::model_dims(cfg_, layout_, schedule_); }
 
-  dev::ModelDims dims() const {
-    return dev::ModelDims{cfg_.hidden_size, cfg_.intermediate_size, cfg_.num_layers, cfg_.num_heads, cfg_.num_kv_heads,
-                          cfg_.head_dim, cfg_.group_size(), cfg_.vocab_size, layout_.qkv_rows, layout_.qkv_group_rows,
-                          schedule_.attention_splits, schedule_.lm_head_slots, cfg_.rms_norm_eps, cfg_.qkv_bias,
-                          cfg_.qk_norm};
-  }
-
-  size_t kv_bytes() const {
-    return 2 * size_t(cfg_.num_layers) * size_t(cfg_.num_kv_heads) * size_t(opt_.context) * size_t(cfg_.head_dim) * 2;
-  }
+  size_t kv_bytes() const { return dev::device_memory_need(cfg_, layout_, schedule_, opt_.context).kv_cache; }
 
   void check_memory_budget() const {
-    const size_t rope = size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
-    const size_t state = size_t(4 * (cfg_.hidden_size + layout_.qkv_rows + cfg_.intermediate_size + cfg_.vocab_size) +
-                                8 * cfg_.num_heads * schedule_.attention_splits * (cfg_.head_dim + 2));
-    const size_t need = layout_.total_bytes + kv_bytes() + rope + state + (64u << 20);  // + slack for the runtime
-    if (need > info_.free_memory)
+    const dev::MemoryNeed need = dev::device_memory_need(cfg_, layout_, schedule_, opt_.context);
+    if (need.total() > info_.free_memory)
       fail("not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, "
            "other {:.2f} GiB) but {:.2f} GiB is free; lower the context (-c)",
-           info_.name, double(need) / kGiB, double(layout_.total_bytes) / kGiB, opt_.context, double(kv_bytes()) / kGiB,
-           double(rope + state) / kGiB, double(info_.free_memory) / kGiB);
+           info_.name, double(need.total()) / kGiB, double(need.weights) / kGiB, opt_.context, double(need.kv_cache) / kGiB,
+           double(need.other) / kGiB, double(info_.free_memory) / kGiB);
   }
 
   void allocate_and_upload() {

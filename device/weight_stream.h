@@ -20,6 +20,7 @@
 
 #include "device/gpu.h"
 #include "device/kernel_params.h"
+#include "device/ops/ops.h"
 
 namespace mk::dev {
 
@@ -54,36 +55,26 @@ struct GemvShape {
   __device__ uint32_t rows_in_chunk(uint32_t c) const { return min(uint32_t(rows_per_chunk), rows() - c * uint32_t(rows_per_chunk)); }
 };
 
-// The GEMV shape of an instruction; false for instructions that read no weight matrix.
+// The GEMV shape of an instruction (its op's spec: device/ops/); false for instructions that read no
+// weight matrix.
 __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvShape* s) {
-  const ModelDims& d = p.dims;
-  const LayerOffsets* L = in.op == Op::LMHead ? nullptr : p.layers + in.layer;
-  int parts = 1, cols = 0;
-  uint64_t m0 = 0, m1 = 0;
-  switch (in.op) {
-    case Op::QKV: m0 = L->wqkv, cols = d.hidden; break;
-    case Op::OProj: m0 = L->wo, cols = d.heads * d.head_dim; break;
-    case Op::GateUp: m0 = L->w_gate, m1 = L->w_up, parts = 2, cols = d.hidden; break;
-    case Op::Down: m0 = L->w_down, cols = d.intermediate; break;
-    case Op::LMHead: m0 = p.lm_head, cols = d.hidden; break;
-    default: return false;
-  }
-  s->matrix[0] = m0;
-  s->matrix[1] = m1;
-  s->parts = parts;
-  s->cols = cols;
-  s->row_bytes = cols * 2;
-  s->rows_per_chunk = p.stream_slots ? int(p.stream_slot_bytes) / (parts * s->row_bytes) : 1;
+  const GemvMatrices g = op_gemv(in, p.dims, p.layers[in.layer], p.lm_head);
+  if (g.parts == 0) return false;
+  s->matrix[0] = g.matrix[0];
+  s->matrix[1] = g.matrix[1];
+  s->parts = g.parts;
+  s->cols = g.cols;
+  s->row_bytes = g.cols * 2;
+  s->rows_per_chunk = p.stream_slots ? int(p.stream_slot_bytes) / (g.parts * s->row_bytes) : 1;
   s->begin = in.begin;
   s->end = in.end;
   return true;
 }
 
-// Chunks an instruction streams at `step`, with its shape in `s` (the LM head skips prompt steps: nobody
-// reads their logits).
+// Chunks an instruction streams at `step`, with its shape in `s` (none when its op is inactive then).
 __device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step, GemvShape* s) {
   if (!gemv_shape(p, in, s)) return 0;
-  if (in.op == Op::LMHead && int(step) + 1 < p.ingest) return 0;
+  if (!op_active(in, int(step), p.ingest)) return 0;
   return s->chunks();
 }
 __device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step) {

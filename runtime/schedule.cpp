@@ -10,14 +10,10 @@ namespace mk {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::Embed: return "embed";
-    case Op::QKV: return "qkv";
-    case Op::Attention: return "attention";
-    case Op::OProj: return "o_proj";
-    case Op::GateUp: return "gate_up";
-    case Op::Down: return "down";
-    case Op::LMHead: return "lm_head";
-    case Op::Sample: return "sample";
+#define MK_OP_NAME(E, name) \
+  case Op::E: return #name;
+    MK_FOR_EACH_OP(MK_OP_NAME)
+#undef MK_OP_NAME
   }
   return "?";
 }

@@ -30,12 +30,17 @@
 #include <vector>
 
 #include "runtime/model_config.h"
+#include "runtime/op_table.h"
 #include "runtime/portability.h"
 
 namespace mk {
 
-enum class Op : uint8_t { Embed, QKV, Attention, OProj, GateUp, Down, LMHead, Sample };
-inline constexpr int kNumOps = 8;
+#define MK_OP_ENUM(E, name) E,
+enum class Op : uint8_t { MK_FOR_EACH_OP(MK_OP_ENUM) };
+#undef MK_OP_ENUM
+#define MK_OP_COUNT(E, name) +1
+inline constexpr int kNumOps = 0 MK_FOR_EACH_OP(MK_OP_COUNT);
+#undef MK_OP_COUNT
 const char* op_name(Op op);
 
 // Wait until counters[counter] >= per_step * (step + 1 - lag).

@@ -1,6 +1,6 @@
 // The CPU side of the topology-grouped barriers: how workgroups are grouped (topology/sync_grouping.h)
 // and the barrier logic itself (topology/sync_model.h, the same counters and memory orders as
-// device/sync_primitives.h), run in adversarial single-threaded interleavings and on real threads.
+// device/measure/sync_primitives.h), run in adversarial single-threaded interleavings and on real threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>

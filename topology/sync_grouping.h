@@ -1,4 +1,4 @@
-// How the topology-grouped barriers (device/sync_primitives.h) group workgroups, as pure CPU code.
+// How the topology-grouped barriers (device/measure/sync_primitives.h) group workgroups, as pure CPU code.
 //
 // The device discovers its grouping at kernel start: every workgroup (CTA) reads its hardware id (NVIDIA
 // %smid, AMD amd_hw_id(xcc, se, sh, cu)) and looks it up in a table hw id -> group that the host built

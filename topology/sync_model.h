@@ -1,4 +1,4 @@
-// CPU model of the device barriers of device/sync_primitives.h: the same counters, the same arrival and
+// CPU model of the device barriers of device/measure/sync_primitives.h: the same counters, the same arrival and
 // release logic and the same memory orders, over std::atomic. For tests (std::thread, or one thread that
 // interleaves participants in any order) and for the emulator, which can step participants one at a time.
 //

@@ -6,7 +6,7 @@
 // Units and domains are numbered densely from 0; the hardware ids a kernel reads (%smid, HW_REG_HW_ID
 // fields) are kept in unit_hw_id.
 //
-// A Topology comes from device/topology_probe.h (measured), from make_synthetic_topology (tests, the
+// A Topology comes from device/measure/topology_probe.h (measured), from make_synthetic_topology (tests, the
 // emulator, machines without a GPU) or from JSON written by `mk-topo --json`.
 //
 // This header is read by nvcc too (C++17 there): no std::span, no nlohmann include (json_fwd only).

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "device/topology_probe.h"
+#include "device/measure/topology_probe.h"
 #include "runtime/error.h"
 #include "topology/topology.h"
 

@@ -1,4 +1,4 @@
-// Internal to the AMD topology probe (device/topology_probe.cu): HSA facts about one HIP device. Lives
+// Internal to the AMD topology probe (device/measure/topology_probe.cu): HSA facts about one HIP device. Lives
 // in its own C++ file because CMake decides MK_HSA_HAS_NUM_XCC (ROCm >= 5.7 headers) for that file.
 #pragma once
 

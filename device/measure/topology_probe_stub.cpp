@@ -1,6 +1,6 @@
 // probe_topology for builds without a GPU (MK_GPU=none): the symbol exists so tools link everywhere;
 // callers catch the error and fall back to a synthetic topology.
-#include "device/topology_probe.h"
+#include "device/measure/topology_probe.h"
 
 #include "runtime/error.h"
 

@@ -1,6 +1,6 @@
 // probe_topology for NVIDIA (thread-block clusters + %smid) and AMD (HW_REG_HW_ID / HW_REG_XCC_ID).
-// See device/topology_probe.h for the interface and docs/topology.md for what is measured vs assumed.
-#include "device/topology_probe.h"
+// See device/measure/topology_probe.h for the interface and docs/topology.md for what is measured vs assumed.
+#include "device/measure/topology_probe.h"
 
 #include <fmt/format.h>
 
@@ -18,7 +18,7 @@
 #include "runtime/error.h"
 
 #if defined(MK_PLATFORM_AMD)
-#include "device/topology_probe_hsa.h"
+#include "device/measure/topology_probe_hsa.h"
 #endif
 
 namespace mk {

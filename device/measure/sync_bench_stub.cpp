@@ -1,5 +1,5 @@
 // MK_GPU=none: the sync bench exists so tools link everywhere, and says why it cannot run.
-#include "device/sync_bench.h"
+#include "device/measure/sync_bench.h"
 #include "runtime/error.h"
 
 namespace mk {

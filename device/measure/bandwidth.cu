@@ -1,4 +1,4 @@
-#include "device/bandwidth.h"
+#include "device/measure/bandwidth.h"
 
 #include <algorithm>
 

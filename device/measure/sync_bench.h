@@ -1,4 +1,4 @@
-// Measures the synchronization primitives of device/sync_primitives.h at the persistent kernel's real
+// Measures the synchronization primitives of device/measure/sync_primitives.h at the persistent kernel's real
 // grid (one 512-thread block per SM/CU, cooperative launch): µs per grid barrier of each kind, next to the
 // cooperative-groups grid barrier, and the one-way latency of a counter hand-off between two blocks.
 // Every kind also runs once with checks inside the kernel (data written before a barrier must be visible

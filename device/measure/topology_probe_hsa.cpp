@@ -1,7 +1,7 @@
 // HSA agent queries for the AMD topology probe. Compiled by the host C++ compiler (a HOST_SOURCE of
 // mk_topology_probe) so that device/CMakeLists.txt can define MK_HSA_HAS_NUM_XCC when the installed
 // hsa_ext_amd.h has HSA_AMD_AGENT_INFO_NUM_XCC (ROCm >= 5.7; Debian's ROCm 5.2 does not).
-#include "device/topology_probe_hsa.h"
+#include "device/measure/topology_probe_hsa.h"
 
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>

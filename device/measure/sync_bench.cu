@@ -1,5 +1,5 @@
-// run_sync_bench (device/sync_bench.h): cooperative launches at the real grid that run the barriers of
-// device/sync_primitives.h back to back, the cooperative-groups grid barrier as the baseline, and a
+// run_sync_bench (device/measure/sync_bench.h): cooperative launches at the real grid that run the barriers of
+// device/measure/sync_primitives.h back to back, the cooperative-groups grid barrier as the baseline, and a
 // counter ping-pong between pairs of blocks. Timing: %globaltimer inside the kernel (per barrier) and
 // events around the launch (launch overhead included). Checked launches verify, inside the kernel, that
 // what every block wrote before a barrier is what the others read after it.
@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "device/gpu.h"
-#include "device/sync_bench.h"
-#include "device/sync_primitives.h"
+#include "device/measure/sync_bench.h"
+#include "device/measure/sync_primitives.h"
 #include "runtime/error.h"
 
 #if defined(MK_PLATFORM_NVIDIA)

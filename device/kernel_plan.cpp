@@ -1,0 +1,66 @@
+#include "device/kernel_plan.h"
+
+#include <algorithm>
+
+#include "device/ops/ops.h"
+
+namespace mk::dev {
+
+ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule) {
+  return ModelDims{c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
+                   c.head_dim, c.group_size(), c.vocab_size, layout.qkv_rows, layout.qkv_group_rows,
+                   schedule.attention_splits, schedule.lm_head_slots, c.rms_norm_eps, c.qkv_bias,
+                   c.qk_norm};
+}
+
+size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
+  size_t floats = 0;
+  for (const Instr& in : schedule.instrs) floats = std::max(floats, op_smem_floats(in, d));
+  return floats * sizeof(float);
+}
+
+size_t longest_gemv_row_bytes(const ModelDims& d) {
+  size_t longest = 0;
+  for (int op = 0; op < kNumOps; ++op) {
+    Instr in;
+    in.op = Op(op);
+    const GemvMatrices g = op_gemv(in, d, LayerOffsets{}, 0);
+    longest = std::max(longest, size_t(g.parts) * size_t(g.cols) * 2);
+  }
+  return longest;
+}
+
+StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_t max_smem, size_t static_smem,
+                              int requested_slots, int requested_slot_kib) {
+  StreamPlan plan;
+  plan.smem_bytes = activation_bytes;
+  if (requested_slots == 0) return plan;
+  constexpr size_t kDefaultSlotLimit = 56 * 1024;
+  const size_t longest_row = longest_gemv_row_bytes(d);
+  const size_t slot = requested_slot_kib > 0 ? std::max(longest_row, size_t(requested_slot_kib) * 1024)
+                                             : std::max(longest_row, kDefaultSlotLimit / longest_row * longest_row);
+  const size_t ring_offset = (activation_bytes + 127) / 128 * 128;
+  const size_t room = max_smem > static_smem + ring_offset ? max_smem - static_smem - ring_offset : 0;
+  size_t slots = std::min(room / slot, size_t(kMaxStreamSlots));
+  if (requested_slots > 0) slots = std::min(slots, size_t(requested_slots));
+  if (slots < 2) return plan;
+  plan.slots = uint32_t(slots);
+  plan.slot_bytes = uint32_t(slot);
+  plan.ring_offset = uint32_t(ring_offset);
+  plan.smem_bytes = ring_offset + slots * slot;
+  return plan;
+}
+
+MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule, int context,
+                              size_t slack) {
+  MemoryNeed need;
+  need.weights = layout.total_bytes;
+  need.kv_cache = 2 * size_t(c.num_layers) * size_t(c.num_kv_heads) * size_t(context) * size_t(c.head_dim) * 2;
+  const size_t rope = size_t(context) * size_t(c.head_dim) * sizeof(float);
+  const size_t state = size_t(4 * (size_t(c.hidden_size) + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
+                              8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2));
+  need.other = rope + state + slack;
+  return need;
+}
+
+}  // namespace mk::dev

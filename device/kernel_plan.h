@@ -1,0 +1,53 @@
+// The host's plan of the kernel's resources, in plain C++ (CPU tests cover it; the launcher in
+// device/gpu_backend.cu applies it): the shared memory a workgroup needs (the most any instruction of the
+// schedule needs, from its op's spec in device/ops/), the weight stream's ring in what is left, and the
+// device memory a model needs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "device/kernel_params.h"
+#include "runtime/model_config.h"
+#include "runtime/schedule.h"
+#include "runtime/weight_layout.h"
+
+namespace mk::dev {
+
+// The kernel's view of the model's shapes.
+ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule);
+
+// Bytes of dynamic shared memory for the activation area: the most that any instruction's op needs.
+size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d);
+
+// The longest weight row a GEMV op streams, in bytes, all parts together (gate_up: a gate and an up row).
+size_t longest_gemv_row_bytes(const ModelDims& d);
+
+struct StreamPlan {
+  uint32_t slots = 0;  // 0: no weight stream (weights go through registers)
+  uint32_t slot_bytes = 0;
+  uint32_t ring_offset = 0;  // byte offset of the ring in dynamic shared memory
+  size_t smem_bytes = 0;     // dynamic shared memory in all (activation area, then the ring)
+};
+
+// The weight stream's ring after the activation area, in the shared memory left over (`max_smem` per
+// workgroup, of which the kernel's static variables take `static_smem`): as many slots as fit, at most
+// kMaxStreamSlots and at most `requested_slots` (-1: no cap, 0: no stream), each holding at least one row
+// of every GEMV. Default slot size (`requested_slot_kib` 0): as many of the longest rows as fit in 56 KiB,
+// so that a chunk of the longest rows wastes no slot space (48 KiB = 3 down rows for Llama-3.2-1B, 56 KiB
+// = 2 for Llama-3.1-8B; measured best on an H200 against 32/40/48/56/64 KiB, docs/log.md v14). An explicit
+// size is taken as is (tests use tiny slots to make the ring wrap often). Fewer than 2 slots overlap
+// nothing: then no stream.
+StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_t max_smem, size_t static_smem,
+                              int requested_slots, int requested_slot_kib);
+
+// Device memory a model needs at a context, by part.
+struct MemoryNeed {
+  size_t weights = 0, kv_cache = 0, other = 0;
+  size_t total() const { return weights + kv_cache + other; }
+};
+// `slack`: what the runtime itself takes besides the allocations.
+MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule, int context,
+                              size_t slack = size_t(64) << 20);
+
+}  // namespace mk::dev

@@ -1,0 +1,173 @@
+// The state an instruction runs with, shared by the ops (device/ops/): the kernel parameters, the
+// activation area of shared memory, the weight stream, the step; and the GEMV engine every GEMV op calls.
+// Device code only.
+#pragma once
+
+#include "device/gemv.h"
+#include "device/kernel_params.h"
+#include "device/ops/ops.h"
+#include "device/platform.h"
+#include "device/device_atomics.h"
+#include "device/weight_stream.h"
+
+namespace mk::dev {
+
+// Fp16: F16 weights (else BF16); Stream: GEMV weights come through the weight stream (else straight into
+// registers); Profile: the timers of --profile / --trace are compiled in. Each combination is its own
+// kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
+// 3.1-8B on an H200 than one kernel with run-time switches, both with the aligned shared memory
+// (docs/log.md, fifth session).
+template <bool Fp16, bool Stream, bool Profile>
+struct Machine {
+  static constexpr bool kFp16 = Fp16, kStream = Stream, kProfile = Profile;
+  const KernelParams& p;
+  float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
+  float* red;   // 2 * kWarps floats: the norm's partial sums, then each warp's copy of 1 / rms
+  WeightStream& ws;
+  uint32_t step;
+  uint32_t index;  // of the running instruction in the workgroup's list
+  unsigned long long prologue_end = 0;  // profiling, thread 0: when the running instruction's inputs were in place
+
+  __device__ void mark_prologue_end() {
+    if constexpr (kProfile)
+      if (threadIdx.x == 0) prologue_end = global_timer_ns();
+  }
+
+  // The RMSNorm factor of the running GEMV (norm_input_to_planes), for its emit (lane 0).
+  __device__ float inv_rms() const { return red[kWarps + warp_id()]; }
+  __device__ void norm_prologue(const float* x) { norm_input_to_planes(x, staged_norm(), p.dims.hidden, p.dims.rms_eps, smem, red); }
+
+  // Where a GEMV with a norm keeps its norm weight: right after its activation vector (hidden floats).
+  __device__ float* staged_norm() const { return smem + p.dims.hidden; }
+  // Where o_proj / down keep the residual rows x[begin, end) they add to (after their activation data).
+  __device__ float* residual_rows() const { return smem + gemv_residual_offset(p.dims); }
+  // Thread t fetches residual row begin + t with the prologue's other loads (one round trip for all) and
+  // stores it after them; rows beyond the block size (tiny grids only) are copied afterwards.
+  __device__ float fetch_residual(const Instr& in) const {
+    return threadIdx.x < in.end - in.begin ? load_fresh(p.x + in.begin + threadIdx.x) : 0.f;
+  }
+  __device__ void store_residual(const Instr& in, float fetched) const {
+    float* res = residual_rows();
+    const uint32_t rows = in.end - in.begin;
+    if (threadIdx.x < rows) res[threadIdx.x] = fetched;
+    for (uint32_t i = threadIdx.x + kThreads; i < rows; i += kThreads) res[i] = load_fresh(p.x + in.begin + i);
+  }
+
+  __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
+  __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
+  __device__ size_t row_bytes(int cols) const { return size_t(cols) * 2; }
+
+  // One GEMV instruction: `prologue()` (block-wide, ends with __syncthreads) fills the activation vector
+  // (planes, at the start of smem); then each row r of [begin, end) is dotted with it and `emit(r, v0,
+  // v1)` runs on lane 0 (v1: the up row's value for gate_up, else unused). Weights come through the
+  // weight stream when the host gave it slots, else straight into registers.
+  template <typename Prologue, typename Emit>
+  __device__ void gemv(const Instr& in, Prologue prologue, Emit emit) {
+    GemvShape s;
+    gemv_shape(p, in, &s);
+    prologue();
+    mark_prologue_end();
+    const float4* x = reinterpret_cast<const float4*>(smem);
+    if constexpr (kStream) streamed(s, x, emit);
+    else registers(s, x, emit);
+  }
+
+  // Warp 0 (lane 0) issues the chunks; the other warps take rows j, j + kWarps - 1, ... of the
+  // instruction, each row whole (no cross-warp reduction), reading weights and activations from shared
+  // memory.
+  template <typename Emit>
+  __device__ void streamed(const GemvShape& s, const float4* x, Emit emit) {
+    if (warp_id() == 0) {
+      if (lane_id() == 0) ws.produce(step, index);
+      return;
+    }
+    const int n8 = s.cols / 8;
+    const uint32_t base = ws.st.base, rpc = uint32_t(s.rows_per_chunk);
+    for (uint32_t j = uint32_t(warp_id() - 1); j < s.rows(); j += uint32_t(kWarps - 1)) {
+      const uint32_t chunk = j / rpc, seq = base + chunk;
+      ws.wait_chunk(seq);
+      const uint4* w0 = reinterpret_cast<const uint4*>(ws.slot_data(seq) + size_t(j % rpc) * size_t(s.row_bytes));
+      float acc0 = 0.f, acc1 = 0.f;
+      if (s.parts == 1) {
+#pragma unroll 4
+        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) acc0 += dot8<kFp16>(w0[c], x[c], x[n8 + c]);
+      } else {
+        const uint4* w1 = w0 + size_t(s.rows_in_chunk(chunk)) * size_t(n8);
+#pragma unroll 4
+        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) {
+          const float4 lo = x[c], hi = x[n8 + c];
+          acc0 += dot8<kFp16>(w0[c], lo, hi);
+          acc1 += dot8<kFp16>(w1[c], lo, hi);
+        }
+      }
+      const float v0 = warp_sum(acc0), v1 = s.parts == 1 ? 0.f : warp_sum(acc1);
+      if (lane_id() == 0) {
+        ws.release_row(seq);
+        emit(s.begin + j, v0, v1);
+      }
+    }
+  }
+
+  // Every warp loads its rows' weights into registers: two rows at a time (r and r + kWarps; gate_up:
+  // the gate and up rows of r), so that twice the loads are in flight. (Issuing the first loads before
+  // the prologue would overlap a round trip, but at 512 threads the registers it holds spill.)
+  template <typename Emit>
+  __device__ void registers(const GemvShape& s, const float4* x, Emit emit) {
+    auto row = [&](int part, uint32_t r) { return r < s.end ? matrix(s.matrix[part]) + size_t(r) * size_t(s.row_bytes) : nullptr; };
+    const uint32_t step_rows = s.parts == 1 ? 2 * kWarps : kWarps;
+    FirstBatch first;
+    for (uint32_t r = s.begin + uint32_t(warp_id()); r < s.end; r += step_rows) {
+      const uint8_t* a = row(0, r);
+      const uint8_t* b = s.parts == 1 ? row(0, r + kWarps) : row(1, r);
+      issue_first_batch(a, b, s.cols, first);
+      float v0, v1;
+      warp_two_row_dot<kFp16>(a, b, s.cols, x, first, v0, v1);
+      if (lane_id() == 0) {
+        if (s.parts == 2) {
+          emit(r, v0, v1);
+        } else {
+          emit(r, v0, 0.f);
+          if (r + kWarps < s.end) emit(r + kWarps, v1, 0.f);
+        }
+      }
+    }
+  }
+  // Block argmax of the threads' (best, index), ties to the lowest index; thread 0 ends with the result.
+  __device__ void block_argmax(float& best, int32_t& index) {
+#pragma unroll
+    for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) {
+      const float ob = shfl_xor(best, o);
+      const int32_t oi = int32_t(__float_as_int(shfl_xor(__int_as_float(index), o)));
+      if (ob > best || (ob == best && oi < index)) best = ob, index = oi;
+    }
+    __shared__ float warp_best[kWarps];
+    __shared__ int32_t warp_index[kWarps];
+    if (lane_id() == 0) warp_best[warp_id()] = best, warp_index[warp_id()] = index;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 1; w < kWarps; ++w)
+        if (warp_best[w] > best || (warp_best[w] == best && warp_index[w] < index)) best = warp_best[w], index = warp_index[w];
+    __syncthreads();
+  }
+
+  // Before the instruction waits for its inputs (all threads): its op's loads that do not depend on them.
+  __device__ void prestage(const Instr& in) {
+    switch (in.op) {
+#define MK_OP_PRESTAGE(E, name) \
+  case Op::E: return E##Op::prestage(*this, in);
+      MK_FOR_EACH_OP(MK_OP_PRESTAGE)
+#undef MK_OP_PRESTAGE
+    }
+  }
+
+  __device__ void execute(const Instr& in) {
+    switch (in.op) {
+#define MK_OP_RUN(E, name) \
+  case Op::E: return E##Op::run(*this, in);
+      MK_FOR_EACH_OP(MK_OP_RUN)
+#undef MK_OP_RUN
+    }
+  }
+};
+
+}  // namespace mk::dev

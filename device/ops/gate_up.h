@@ -1,0 +1,39 @@
+// GateUp row blocks: h = silu(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x)); the gate and up rows of a
+// block stream together (two parts of one chunk).
+#pragma once
+
+#include "device/ops/op_spec.h"
+#if MK_DEVICE_CODE
+#include "device/gemv.h"
+#endif
+
+namespace mk::dev {
+
+struct GateUpOp : OpDefaults {
+  static constexpr bool kGemv = true;
+  MK_HD_INLINE static GemvMatrices gemv(const ModelDims& d, const LayerOffsets& L, uint64_t) {
+    GemvMatrices g;
+    g.matrix[0] = L.w_gate, g.matrix[1] = L.w_up, g.parts = 2, g.cols = d.hidden;
+    return g;
+  }
+  static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }
+#if MK_DEVICE_CODE
+  template <class MachineT>
+  __device__ static void prestage(MachineT& m, const Instr& in) {
+    stage_norm_weight(m.f32(m.p.layers[in.layer].mlp_norm), m.p.dims.hidden, m.staged_norm());
+  }
+
+  template <class MachineT>
+  __device__ static void run(MachineT& m, const Instr& in) {
+    m.gemv(
+        in, [&] { m.norm_prologue(m.p.x); },
+        [&](uint32_t r, float g, float u) {
+          const float s = m.inv_rms();
+          g *= s;
+          m.p.h[r] = g / (1.0f + __expf(-g)) * u * s;
+        });
+  }
+#endif
+};
+
+}  // namespace mk::dev

@@ -1,0 +1,122 @@
+// The decode state the CPU emulator keeps (what the GPU keeps in device memory) and the accessors through
+// which every op reads and writes it, reporting each access to the happens-before checker. The ops
+// (host/emulator/ops/) compute on it; the executor (emulator.cpp) decides who runs when.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "host/emulator/dependency_checker.h"
+#include "host/emulator/emulator.h"
+#include "runtime/weight_layout.h"
+
+namespace mk::emu {
+
+inline constexpr uint32_t kGateIndex = 0xffffffffu;  // InstrRef.index of a step gate
+
+// A shared buffer of the decode state, with its cell size for the dependency checker.
+template <typename T>
+struct Buffer {
+  std::vector<T> data;
+  size_t cell = 1;  // elements per checked cell
+  int id = -1;      // checker buffer id
+};
+
+// Who is accessing: the workgroup and the instruction (for the checker's reports).
+struct OpCtx {
+  int wg;
+  InstrRef ref;
+};
+
+struct EmulatorState {
+  const Model& model;
+  const ModelConfig& cfg;
+  EmulatorOptions opt;
+  Schedule schedule;
+  WeightLayout layout;
+  std::vector<uint8_t> weights;  // the packed device image
+  std::vector<float> rope;       // [context][hd/2] cos, then sin
+
+  // Decode state (what the GPU keeps in device memory).
+  Buffer<float> x, qkv, att_o, att_ml, h, logits, lm_best_value;
+  Buffer<int32_t> lm_best_index;  // checked together with lm_best_value (same cells)
+  Buffer<uint16_t> k_cache, v_cache;  // bf16 [layer][kv head][position][head_dim]
+  Buffer<int32_t> tokens;             // token fed at each step of the current launch
+  Buffer<uint8_t> stop_at;            // stop_at[s] = 1: Sample at step s ended the launch
+
+  int position = 0;
+  int32_t pending = -1;
+  std::atomic<bool> cancel_flag{false};
+  std::vector<std::vector<float>> recorded;
+
+  // Per launch.
+  struct Launch {
+    int start = 0;
+    int ingest = 0;  // tokens to run before the first sample
+    int max_new = 0;
+    SamplingParams sampling;
+    const TokenCallback* on_token = nullptr;
+    GenerateResult result;
+    std::chrono::steady_clock::time_point t0;
+  } run;
+  std::vector<unsigned> counters;  // one value per counter line (Schedule::counter_lines)
+  std::optional<DependencyChecker> checker;
+
+
+  EmulatorState(const Model& m, Schedule s, const EmulatorOptions& o);
+
+  // ---- accessors that report to the dependency checker ----
+  template <typename T>
+  const T* read(const OpCtx& c, const Buffer<T>& b, size_t begin, size_t end) {
+    if (checker) checker->read(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
+    return b.data.data() + begin;
+  }
+  template <typename T>
+  T* write(const OpCtx& c, Buffer<T>& b, size_t begin, size_t end) {
+    if (checker) checker->write(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
+    return b.data.data() + begin;
+  }
+
+  std::string describe(const InstrRef& r) const {
+    if (r.index == kGateIndex) return fmt::format("step {}, workgroup {}: step gate (reads the stop flag)", r.step, r.seq);
+    return fmt::format("step {}, workgroup {}: {}", r.step, schedule.workgroup_of(r.index), schedule.describe(schedule.instrs[r.index]));
+  }
+
+  void start_checker();
+
+  // ---- weights ----
+  float wt(uint64_t offset, size_t i) const { return load_as_float(weights.data() + offset, layout.matrix_dtype, int64_t(i)); }
+  const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(weights.data() + offset); }
+  // dot(row `r` of matrix at `offset` with `cols` columns, v), accumulated in fp32 like the kernel.
+  float dot_row(uint64_t offset, size_t r, size_t cols, const float* v) const {
+    float acc = 0.f;
+    for (size_t c = 0; c < cols; ++c) acc += wt(offset, r * cols + c) * v[c];
+    return acc;
+  }
+  std::vector<float> rms_norm(const float* v, size_t n, const float* weight) const {
+    float ss = 0.f;
+    for (size_t i = 0; i < n; ++i) ss += v[i] * v[i];
+    const float inv = 1.0f / std::sqrt(ss / float(n) + cfg.rms_norm_eps);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = v[i] * inv * weight[i];
+    return out;
+  }
+  void rope_inplace(float* head, int pos) const {
+    const size_t half = size_t(cfg.head_dim / 2);
+    const float* cs = rope.data() + size_t(pos) * half;
+    const float* sn = rope.data() + size_t(opt.context) * half + size_t(pos) * half;
+    for (size_t i = 0; i < half; ++i) {
+      const float a = head[i], b = head[i + half];
+      head[i] = a * cs[i] - b * sn[i];
+      head[i + half] = b * cs[i] + a * sn[i];
+    }
+  }
+
+};
+
+}  // namespace mk::emu

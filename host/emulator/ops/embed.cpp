@@ -1,0 +1,12 @@
+// The CPU twin of the embed op (device/ops/embed.h): x = embedding[token of this step].
+#include "host/emulator/ops/ops.h"
+
+namespace mk::emu {
+
+void emulate_embed(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
+  const int32_t tok = *s.read(c, s.tokens, step, step + 1);
+  float* out = s.write(c, s.x, 0, s.x.data.size());
+  for (size_t i = 0; i < s.x.data.size(); ++i) out[i] = s.wt(s.layout.embed, size_t(tok) * s.x.data.size() + i);
+}
+
+}  // namespace mk::emu

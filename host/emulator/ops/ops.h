@@ -1,0 +1,30 @@
+// The CPU twins of the ops (runtime/op_table.h): host/emulator/ops/<name>.cpp defines emulate_<name>,
+// which computes what the kernel's device/ops/<name>.h computes, on the emulator's state.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "host/emulator/emulator_state.h"
+#include "runtime/op_table.h"
+#include "runtime/schedule.h"
+
+namespace mk::emu {
+
+#define MK_EMULATE_DECL(E, name) void emulate_##name(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step);
+MK_FOR_EACH_OP(MK_EMULATE_DECL)
+#undef MK_EMULATE_DECL
+
+// Runs instruction `in` of `step` on the state.
+inline void emulate(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
+  switch (in.op) {
+#define MK_EMULATE_CASE(E, name) \
+  case Op::E: return emulate_##name(s, c, in, step);
+    MK_FOR_EACH_OP(MK_EMULATE_CASE)
+#undef MK_EMULATE_CASE
+  }
+}
+
+}  // namespace mk::emu

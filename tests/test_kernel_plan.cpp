@@ -1,0 +1,103 @@
+// The host's plan of the kernel's resources (device/kernel_plan.h): shared memory per workgroup from the
+// ops' specs, the weight stream's ring, the device memory a model needs. Expected values come from the
+// models' shapes and the sizes recorded in docs/design.md, not from the plan's own formulas.
+#include <gtest/gtest.h>
+
+#include "device/kernel_plan.h"
+#include "device/ops/ops.h"
+#include "runtime/presets.h"
+#include "runtime/schedule.h"
+#include "runtime/weight_layout.h"
+
+namespace mk {
+namespace {
+
+constexpr size_t kHopperMaxSmem = 232448;  // 227 KiB a block may opt into on H100/H200
+constexpr size_t kStaticSmem = 1024;       // the kernel's static shared variables (ptxas: "1024 bytes smem")
+
+struct Planned {
+  ModelConfig cfg;
+  WeightLayout layout;
+  Schedule schedule;
+  dev::ModelDims dims;
+};
+
+Planned plan_for(const std::string& preset, int workgroups = 132) {
+  Planned p;
+  p.cfg = preset_config(preset);
+  p.layout = plan_weight_layout(p.cfg, DType::BF16);
+  p.schedule = build_schedule(p.cfg, ScheduleParams{workgroups});
+  p.dims = dev::model_dims(p.cfg, p.layout, p.schedule);
+  return p;
+}
+
+TEST(KernelPlan, LongestRowIsGateUpOrDown) {
+  const Planned p = plan_for("llama-3.2-1b");
+  // gate_up streams a gate and an up row of hidden (2048) bf16 each: 8 KiB; down a row of 8192: 16 KiB.
+  EXPECT_EQ(dev::longest_gemv_row_bytes(p.dims), size_t(8192) * 2);
+  const Planned q = plan_for("qwen2.5-0.5b");
+  EXPECT_EQ(dev::longest_gemv_row_bytes(q.dims), size_t(4864) * 2);
+}
+
+TEST(KernelPlan, ActivationAreaCoversEveryInstruction) {
+  for (const char* preset : {"llama-3.2-1b", "qwen2.5-0.5b", "llama-3.1-8b"}) {
+    const Planned p = plan_for(preset);
+    const size_t bytes = dev::activation_smem_bytes(p.schedule, p.dims);
+    // down keeps all of h (intermediate floats) plus the residual rows it adds to.
+    EXPECT_GE(bytes, size_t(p.cfg.intermediate_size) * 4) << preset;
+    for (const Instr& in : p.schedule.instrs) ASSERT_LE(dev::op_smem_floats(in, p.dims) * 4, bytes) << preset;
+  }
+}
+
+TEST(KernelPlan, WeightStreamSlotsAsRecordedOnHopper) {
+  // docs/design.md: 3 x 48 KiB for Llama-3.2-1B (3 down rows), 3 x 56 KiB for Llama-3.1-8B (2 down rows).
+  struct Case {
+    const char* preset;
+    uint32_t slots, slot_kib;
+  };
+  for (const Case c : {Case{"llama-3.2-1b", 3, 48}, Case{"llama-3.1-8b", 3, 56}}) {
+    const Planned p = plan_for(c.preset);
+    const size_t act = dev::activation_smem_bytes(p.schedule, p.dims);
+    const dev::StreamPlan s = dev::plan_weight_stream(p.dims, act, kHopperMaxSmem, kStaticSmem, -1, 0);
+    EXPECT_EQ(s.slots, c.slots) << c.preset;
+    EXPECT_EQ(s.slot_bytes, c.slot_kib * 1024u) << c.preset;
+    EXPECT_EQ(s.ring_offset % 128, 0u);
+    EXPECT_GE(s.ring_offset, act);
+    EXPECT_EQ(s.smem_bytes, size_t(s.ring_offset) + size_t(s.slots) * s.slot_bytes);
+    EXPECT_LE(s.smem_bytes + kStaticSmem, kHopperMaxSmem);
+  }
+}
+
+TEST(KernelPlan, WeightStreamRequestsAndLimits) {
+  const Planned p = plan_for("llama-3.2-1b");
+  const size_t act = dev::activation_smem_bytes(p.schedule, p.dims);
+  // 0 slots asked: no stream, shared memory is the activation area alone.
+  dev::StreamPlan s = dev::plan_weight_stream(p.dims, act, kHopperMaxSmem, kStaticSmem, 0, 0);
+  EXPECT_EQ(s.slots, 0u);
+  EXPECT_EQ(s.smem_bytes, act);
+  // A cap on the slots is honoured.
+  s = dev::plan_weight_stream(p.dims, act, kHopperMaxSmem, kStaticSmem, 2, 0);
+  EXPECT_EQ(s.slots, 2u);
+  // An explicit slot size smaller than one row is raised to a row (16 KiB: one down row).
+  s = dev::plan_weight_stream(p.dims, act, kHopperMaxSmem, kStaticSmem, -1, 1);
+  EXPECT_EQ(s.slot_bytes, 16u * 1024);
+  EXPECT_GT(s.slots, 3u);  // more of the smaller slots fit than of the default 48 KiB ones
+  EXPECT_LE(s.slots, uint32_t(dev::kMaxStreamSlots));
+  EXPECT_LE(s.smem_bytes + kStaticSmem, kHopperMaxSmem);
+  // Room for one slot only overlaps nothing: no stream.
+  s = dev::plan_weight_stream(p.dims, act, act + kStaticSmem + 128 + 60 * 1024, kStaticSmem, -1, 0);
+  EXPECT_EQ(s.slots, 0u);
+}
+
+TEST(KernelPlan, DeviceMemoryByPart) {
+  const Planned p = plan_for("llama-3.2-1b");
+  const dev::MemoryNeed need = dev::device_memory_need(p.cfg, p.layout, p.schedule, 4096, 0);
+  EXPECT_EQ(need.weights, p.layout.total_bytes);
+  // K and V, bf16: 16 layers x 8 kv heads x 4096 positions x 64 x 2 bytes each.
+  EXPECT_EQ(need.kv_cache, size_t(2) * 16 * 8 * 4096 * 64 * 2);
+  EXPECT_GT(need.other, size_t(4096) * 64 * 4);  // at least the RoPE table
+  EXPECT_EQ(need.total(), need.weights + need.kv_cache + need.other);
+}
+
+}  // namespace
+}  // namespace mk
