@@ -58,8 +58,17 @@ struct GemvShape {
 // The GEMV shape of an instruction (its op's spec: device/ops/); false for instructions that read no
 // weight matrix.
 __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvShape* s) {
-  const GemvMatrices g = op_gemv(in, p.dims, p.layers[in.layer], p.lm_head);
-  if (g.parts == 0) return false;
+  GemvMatrices g;
+  switch (in.op) {
+#define MK_OP_SHAPE(E, name)                                      \
+  case Op::E:                                                     \
+    if constexpr (!E##Op::kGemv) return false;                    \
+    else g = E##Op::gemv(p.dims, p.layers[in.layer], p.lm_head); \
+    break;
+    MK_FOR_EACH_OP(MK_OP_SHAPE)
+#undef MK_OP_SHAPE
+    default: return false;
+  }
   s->matrix[0] = g.matrix[0];
   s->matrix[1] = g.matrix[1];
   s->parts = g.parts;
