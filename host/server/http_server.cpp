@@ -35,8 +35,9 @@ constexpr const char* kCompletionPath = "/v1/completions";
 constexpr const char* kModelsPath = "/v1/models";
 constexpr std::string_view kModelPrefix = "/v1/models/";
 
-// While a job runs, the client is checked this often (and on every token): a disconnect cancels the
-// generation within a token on the GPU (about a millisecond each). A waiting job is checked less often.
+// The client's connection is checked on every token, and this often while no token comes (a long prompt):
+// a disconnect is noticed by the next token and the generation stops at the one after. A waiting job's
+// client is checked less often.
 constexpr auto kRunningPoll = std::chrono::milliseconds(1);
 constexpr auto kWaitingPoll = std::chrono::milliseconds(25);
 
@@ -223,17 +224,20 @@ struct HttpServer::Impl {
 
   // The client went away: stop the job (dequeue it, or cancel its generation) and wait until it has
   // stopped, so that the next request starts on an idle generator.
-  bool gone(const std::shared_ptr<Job>& job) {
+  bool gone(const std::shared_ptr<Job>& job, const std::string& path, bool streamed) {
     for (;;) {
       scheduler.cancel(job);
-      if (job->wait(kRunningPoll).done) return false;
+      if (job->wait(kRunningPoll).done) break;
     }
+    log_generation(path, streamed, job->outcome());
+    return false;
   }
 
-  // Waits for the job's next text or its end, watching the client meanwhile. nullopt: the client is gone.
+  // Waits for the job's next token or its end, then checks the client (before writing: the first write
+  // to a closed connection still succeeds). nullopt: the client is gone.
   std::optional<Job::Update> next(const std::shared_ptr<Job>& job, DataSink& sink) {
     Job::Update u = job->wait(job->started() ? kRunningPoll : kWaitingPoll);
-    if (!u.done && u.text.empty() && !sink.is_writable()) return std::nullopt;
+    if (!u.done && !sink.is_writable()) return std::nullopt;
     return u;
   }
 
@@ -241,9 +245,9 @@ struct HttpServer::Impl {
     bool first = true;
     for (;;) {
       const auto u = next(job, sink);
-      if (!u) return gone(job);
+      if (!u) return gone(job, path, true);
       if (!u->text.empty()) {
-        if (!write(sink, sse_event(text_chunk(ids, u->text, first, usage)))) return gone(job);
+        if (!write(sink, sse_event(text_chunk(ids, u->text, first, usage)))) return gone(job, path, true);
         first = false;
       }
       if (u->done) break;
@@ -271,7 +275,7 @@ struct HttpServer::Impl {
     std::string text;
     for (;;) {
       const auto u = next(job, sink);
-      if (!u) return gone(job);
+      if (!u) return gone(job, path, false);
       text += u->text;
       if (u->done) break;
     }
@@ -319,6 +323,8 @@ struct HttpServer::Impl {
     // idle kept-alive connection would hold one too; and a request refused before its body was read
     // (411) must not leave that body to be parsed as the next request.
     http.set_keep_alive_max_count(1);
+    // A connection that sends no request holds a thread this long (and delays a shutdown this long).
+    http.set_keep_alive_timeout(2);
     http.set_tcp_nodelay(true);  // each token's event goes out at once, not after Nagle's delay
     http.set_payload_max_length(config.max_body_bytes);
     // Enough threads for every request the queue admits, the one generating, and a few for /health,

@@ -20,7 +20,8 @@ const char* endpoint_label(Endpoint e) { return e == Endpoint::Chat ? "chat" : "
 
 Job::Update Job::wait(std::chrono::microseconds timeout) {
   std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !text_.empty() || done_; });
+  changed_.wait_for(lock, timeout, [&] { return tokens_ != tokens_seen_ || !text_.empty() || done_; });
+  tokens_seen_ = tokens_;
   Update u;
   u.text = std::exchange(text_, {});
   u.done = done_;
@@ -30,6 +31,15 @@ Job::Update Job::wait(std::chrono::microseconds timeout) {
 JobOutcome Job::outcome() const {
   std::lock_guard lock(mutex_);
   return outcome_;
+}
+
+void Job::token(std::string_view text) {
+  {
+    std::lock_guard lock(mutex_);
+    ++tokens_;
+    text_ += text;
+  }
+  changed_.notify_all();
 }
 
 void Job::release(std::string_view text) {
@@ -154,7 +164,7 @@ void Scheduler::generate(Job& job) {
     ++o.completion_tokens;
     // Repeated on every token: a cancel that raced with the start of the generation is not lost.
     if (job.cancelled()) return session_.cancel();
-    job.release(filter.push(decoder.push(token)));
+    job.token(filter.push(decoder.push(token)));
     if (filter.stopped()) session_.cancel();
   };
 

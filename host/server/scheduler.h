@@ -56,7 +56,8 @@ class Job {
     std::string text;   // released since the last call (stop strings already cut; may be empty)
     bool done = false;  // no more text will come; outcome() is final
   };
-  // Waits up to `timeout` for text or the end; returns at once when there is either.
+  // Waits up to `timeout` for a new token (even one whose text is held back), text, or the end. One
+  // waiter per job: the HTTP thread, which checks its client each time it wakes, so on every token.
   Update wait(std::chrono::microseconds timeout);
   JobOutcome outcome() const;
   bool cancelled() const { return cancelled_.load(); }
@@ -64,12 +65,14 @@ class Job {
 
  private:
   friend class Scheduler;
-  void release(std::string_view text);
+  void token(std::string_view text);    // one generated token and the text it releases (may be empty)
+  void release(std::string_view text);  // text without a token (the held-back tail at the end)
   void finish(JobOutcome outcome);
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::string text_;
+  uint64_t tokens_ = 0, tokens_seen_ = 0;  // tokens generated; those the waiter has woken for
   bool done_ = false;
   JobOutcome outcome_;
   std::atomic<bool> cancelled_{false};
