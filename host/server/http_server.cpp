@@ -326,6 +326,12 @@ struct HttpServer::Impl {
     // A connection that sends no request holds a thread this long (and delays a shutdown this long).
     http.set_keep_alive_timeout(2);
     http.set_tcp_nodelay(true);  // each token's event goes out at once, not after Nagle's delay
+    // httplib sets SO_REUSEPORT, which lets a second server bind the same port and take half of the
+    // connections. SO_REUSEADDR alone: a busy port is an error, a restart right after a stop is not.
+    http.set_socket_options([](socket_t sock) {
+      const int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     http.set_payload_max_length(config.max_body_bytes);
     // Enough threads for every request the queue admits, the one generating, and a few for /health,
     // /metrics and the answers (429, 4xx) to the rest; further connections wait to be accepted.
@@ -413,8 +419,9 @@ int HttpServer::bind() {
   errno = 0;
   const int port = c.port == 0 ? impl_->http.bind_to_any_port(c.host) : (impl_->http.bind_to_port(c.host, c.port) ? c.port : -1);
   if (port < 0)
-    fail("cannot listen on {}:{}{}", c.host, c.port,
-         errno ? fmt::format(": {} (another server on that port? a host name that does not resolve?)", std::strerror(errno)) : "");
+    fail("cannot listen on {}:{}: {}", c.host, c.port,
+         errno ? fmt::format("{} (is another server on that port?)", std::strerror(errno))
+               : std::string("the host does not resolve to an address of this machine"));
   return port;
 }
 

@@ -2,7 +2,7 @@
 // OpenAI error object that docs/server.md documents, and the server must then answer a valid request.
 //   node malformed.mjs --server MK_SERVER --run MK_RUN --make-model MK_TINY_CHAT_MODEL [--work DIR]
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -163,6 +163,28 @@ test("a client that connects and sends nothing does not block others", async () 
   await new Promise((r) => idle.on("connect", r));
   answersAValidRequest();
   idle.destroy();
+});
+
+test("invalid flags stop mk-server with a message naming the flag", () => {
+  const cases = [
+    [[], /--model is required/],
+    [["-m", path.join(args.work, "none")], /--model: Directory does not exist/],
+    [["-m", modelDir, "--port", "70000"], /--port: Value 70000 not in range/],
+    [["-m", modelDir, "--temp", "-1"], /--temp: Value -1 not in range/],
+    [["-m", modelDir, "--top-p", "0"], /--top-p must be in \(0, 1\]/],
+    [["-m", modelDir, "-n", "0"], /-n must be positive/],
+    [["-m", modelDir, "--queue", "-1"], /--queue: Value -1 not in range/],
+    [["-m", modelDir, "--max-body", "10"], /--max-body: Value 10 not in range/],
+    [["-m", modelDir, "--frobnicate"], /--frobnicate/],
+    [["-m", modelDir, "--api-key-file", path.join(args.work, "none")], /--api-key-file: cannot read/],
+    [["-m", modelDir, "--port", String(server.port)], new RegExp(`cannot listen on 127\\.0\\.0\\.1:${server.port}: Address already in use`)],
+  ];
+  for (const [flags, message] of cases) {
+    const r = spawnSync(args.server, [...flags, "--emulator"], { encoding: "utf8", timeout: 30000 });
+    assert.notEqual(r.status, 0, `${flags.join(" ")}: exit ${r.status}`);
+    assert.match(r.stderr, message, flags.join(" "));
+  }
+  answersAValidRequest();
 });
 
 await run(async () => {
