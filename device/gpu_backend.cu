@@ -195,6 +195,14 @@ class MonokernelBackend final : public GpuBackend {
     position_ = 0;
     pending_ = -1;
   }
+  // As in the emulator: the kernel's attention reads positions [0, start + step] and each step writes its
+  // own, so the K/V beyond the kept positions is never read before it is written again.
+  bool truncate(int tokens) override {
+    if (tokens < 0 || tokens > position_) return false;
+    position_ = tokens;
+    pending_ = -1;
+    return true;
+  }
   int position() const override { return position_; }
   int context() const override { return opt_.context; }
   std::string name() const override {

@@ -44,6 +44,15 @@ class DecodeBackend {
   virtual GenerateResult generate(const GenerateRequest& request, const TokenCallback& on_token) = 0;
   virtual void cancel() = 0;         // safe from another thread; stops the current generate() at the next token
   virtual void reset() = 0;          // forget the sequence
+  // Keeps the first `tokens` positions of the cache and forgets the rest and the pending token, so that
+  // the next generate() appends after them: a server reuses the prefix that a new prompt shares with the
+  // cached one. Returns false (changing nothing) when `tokens` is beyond position() or the backend cannot;
+  // the caller then resets. The default can only empty the cache.
+  virtual bool truncate(int tokens) {
+    if (tokens != 0) return false;
+    reset();
+    return true;
+  }
   virtual int position() const = 0;  // tokens in the KV cache
   virtual int context() const = 0;   // KV cache capacity in tokens
   virtual std::string name() const = 0;

@@ -37,6 +37,7 @@ class ScriptedBackend final : public DecodeBackend {
   std::deque<std::vector<int32_t>> replies;  // one script per generate(); beyond it: `filler` tokens
   int32_t filler = 0;
   int stop_ingest_after = -1;  // >= 0: the next generate() is cancelled after ingesting that many tokens
+  int cancel_lag = 0;          // tokens sampled after a cancel() before it lands (on a GPU a few may be)
   std::vector<int32_t> cache;
   std::vector<std::vector<int32_t>> ingested;   // per generate(): the tokens run before the first sample
   std::vector<std::vector<int32_t>> after_ingest;  // per generate(): the whole cache at that point
@@ -58,6 +59,7 @@ class ScriptedBackend final : public DecodeBackend {
     cache.insert(cache.end(), input.begin(), input.end());
     after_ingest.push_back(cache);
     std::vector<int32_t> script;
+    int lag = cancel_lag;
     if (!replies.empty()) {
       script = replies.front();
       replies.pop_front();
@@ -68,7 +70,7 @@ class ScriptedBackend final : public DecodeBackend {
       if (on_token) on_token(t);
       if (std::find(eos_.begin(), eos_.end(), t) != eos_.end()) r.stop = StopReason::Eos;
       else if (int(r.tokens.size()) >= req.max_new_tokens) r.stop = StopReason::MaxTokens;
-      else if (cancel_) r.stop = StopReason::Cancelled;
+      else if (cancel_ && lag-- <= 0) r.stop = StopReason::Cancelled;
       else if (int(cache.size()) >= context_) r.stop = StopReason::ContextFull;
       if (r.stop != StopReason::None) break;
       cache.push_back(t);
@@ -432,6 +434,155 @@ TEST(Engine, SessionsHaveTheirOwnCacheAndOutliveTheEngine) {
   EXPECT_EQ(b->stats().context_tokens, 0);
   engine.reset();
   EXPECT_EQ(a->chat("two", greedy(4), {}).stop, StopReason::MaxTokens);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Completions of token prompts (Session::complete): prefix reuse must not change a single token
+
+TurnParams sampled(int max_tokens, uint64_t seed) {
+  TurnParams p;
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0.9f;
+  p.sampling.top_k = 20;
+  p.sampling.seed = seed;
+  return p;
+}
+
+// The reply to `prompt` from a session that never saw anything else.
+std::vector<int32_t> fresh_reply(Engine& engine, const std::vector<int32_t>& prompt, const TurnParams& params) {
+  auto s = engine.create_session();
+  const CompletionResult r = s->complete(prompt, params, {});
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_EQ(r.stats.ingested_tokens, int(prompt.size()));
+  return r.tokens;
+}
+
+TEST(EngineComplete, AConversationThatGoesOnReusesTheCacheAndGivesTheSameTokens) {
+  auto engine = open_emulator();
+  const Tokenizer& tok = engine->tokenizer();
+  const auto p1 = tok.encode("<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n", true);
+  auto session = engine->create_session();
+  std::vector<int32_t> streamed;
+  const CompletionResult r1 = session->complete(p1, sampled(6, 11), [&](int32_t t) { streamed.push_back(t); });
+  EXPECT_EQ(r1.stop, StopReason::MaxTokens);
+  EXPECT_EQ(r1.tokens.size(), 6u);
+  EXPECT_EQ(streamed, r1.tokens);
+  EXPECT_EQ(r1.cached_tokens, 0);
+  EXPECT_EQ(r1.tokens, fresh_reply(*engine, p1, sampled(6, 11)));
+
+  // The next request repeats the conversation with the reply and a new turn: everything up to the
+  // reply's last token (pending, not yet in the cache) is reused.
+  auto p2 = concat(p1, r1.tokens);
+  p2 = concat(p2, tok.encode("<|im_end|>\n<|im_start|>user\nMore<|im_end|>\n<|im_start|>assistant\n", true));
+  const CompletionResult r2 = session->complete(p2, sampled(5, 12), {});
+  EXPECT_EQ(r2.cached_tokens, int(p1.size() + r1.tokens.size()) - 1);
+  EXPECT_EQ(r2.stats.ingested_tokens, int(p2.size()) - r2.cached_tokens);
+  EXPECT_EQ(r2.tokens, fresh_reply(*engine, p2, sampled(5, 12)));
+  EXPECT_EQ(session->stats().context_tokens, int(p2.size() + r2.tokens.size()) - 1);
+}
+
+TEST(EngineComplete, ADifferentPromptReusesOnlyTheSharedPrefix) {
+  auto engine = open_emulator();
+  const Tokenizer& tok = engine->tokenizer();
+  const auto system = tok.encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n", true);
+  const auto a = concat(system, tok.encode("first question<|im_end|>\n<|im_start|>assistant\n", true));
+  const auto b = concat(system, tok.encode("second one<|im_end|>\n<|im_start|>assistant\n", true));
+  auto session = engine->create_session();
+  session->complete(a, greedy(4), {});
+  const CompletionResult rb = session->complete(b, sampled(4, 3), {});
+  size_t shared = 0;
+  while (a[shared] == b[shared]) ++shared;
+  EXPECT_GE(shared, system.size());
+  EXPECT_EQ(rb.cached_tokens, int(shared));
+  EXPECT_EQ(rb.tokens, fresh_reply(*engine, b, sampled(4, 3)));
+
+  // The same prompt again: all but its last token is reused (that one must run to give the logits).
+  const CompletionResult again = session->complete(b, sampled(4, 3), {});
+  EXPECT_EQ(again.cached_tokens, int(b.size()) - 1);
+  EXPECT_EQ(again.stats.ingested_tokens, 1);
+  EXPECT_EQ(again.tokens, rb.tokens);
+
+  // A prompt that is a prefix of the cached one, and one that shares nothing.
+  const auto prefix = std::vector<int32_t>(b.begin(), b.begin() + 5);
+  const CompletionResult rp = session->complete(prefix, greedy(3), {});
+  EXPECT_EQ(rp.cached_tokens, 4);
+  EXPECT_EQ(rp.tokens, fresh_reply(*engine, prefix, greedy(3)));
+  const auto other = tok.encode("zzz", true);
+  const CompletionResult ro = session->complete(other, greedy(3), {});
+  EXPECT_EQ(ro.cached_tokens, 0);
+  EXPECT_EQ(ro.tokens, fresh_reply(*engine, other, greedy(3)));
+}
+
+TEST(EngineComplete, ChatAndCompleteOnOneSessionStartOverEachOther) {
+  auto engine = open_emulator();
+  auto session = engine->create_session();
+  const TurnResult turn = session->chat("Hello", greedy(4), {});
+  ASSERT_EQ(turn.stop, StopReason::MaxTokens);
+  const auto prompt = engine->tokenizer().encode(engine->chat_template().render({{"user", "Hello"}}, true), true);
+  const CompletionResult r = session->complete(prompt, greedy(4), {});
+  EXPECT_EQ(r.cached_tokens, 0);  // chat() keeps no token record: nothing is assumed about its cache
+  EXPECT_EQ(r.tokens, fresh_reply(*engine, prompt, greedy(4)));
+  EXPECT_EQ(session->stats().turns, 0);
+  std::string text;
+  const TurnResult after = session->chat("Hello", greedy(4), [&](std::string_view t) { text += t; });
+  EXPECT_EQ(after.stats.ingested_tokens, int(prompt.size()));  // a new conversation from an empty cache
+  EXPECT_EQ(text, engine->tokenizer().decode(r.tokens));
+}
+
+// The scripted backend cannot truncate (the default): a prompt that diverges from its cache starts over.
+TEST_F(ScriptedEngine, CompleteStopsAtStopTokensAndPassesNothingAfterACancel) {
+  make();
+  const auto prompt = enc("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  backend_->replies = {concat(concat(enc("Yes"), {im_end_}), enc("runaway"))};
+  std::vector<int32_t> passed;
+  const CompletionResult r = session_->complete(prompt, greedy(64), [&](int32_t t) { passed.push_back(t); });
+  EXPECT_EQ(r.stop, StopReason::Eos);
+  EXPECT_EQ(passed, enc("Yes"));
+  EXPECT_EQ(r.tokens, enc("Yes"));
+
+  // cancel() from the callback: the backend samples two more tokens (a GPU may), the caller sees none.
+  backend_->replies = {enc("abcdefgh")};
+  backend_->cancel_lag = 2;
+  passed.clear();
+  const int resets = backend_->resets;
+  const CompletionResult c = session_->complete(enc("other"), greedy(64), [&](int32_t t) {
+    passed.push_back(t);
+    if (passed.size() == 2) session_->cancel();
+  });
+  EXPECT_EQ(backend_->resets, resets + 1);  // no truncation: a diverging prompt resets the cache
+  EXPECT_EQ(c.cached_tokens, 0);
+  EXPECT_EQ(c.stop, StopReason::Cancelled);
+  EXPECT_EQ(passed.size(), 2u);
+  EXPECT_EQ(c.tokens, passed);
+  EXPECT_EQ(c.stats.generated_tokens, 4);
+  EXPECT_EQ(session_->stats().context_tokens, int(enc("other").size()) + 3);  // all but the pending token
+}
+
+TEST(EngineComplete, BadPromptsAreClearErrorsAndChangeNothing) {
+  auto engine = open_emulator(32);
+  auto session = engine->create_session();
+  const auto error = [&](const std::vector<int32_t>& prompt) -> std::pair<EngineErrorKind, std::string> {
+    try {
+      session->complete(prompt, greedy(2), {});
+    } catch (const EngineError& e) {
+      return {e.kind(), e.what()};
+    }
+    ADD_FAILURE() << "no error";
+    return {};
+  };
+  auto [kind, message] = error({});
+  EXPECT_EQ(kind, EngineErrorKind::InvalidArgument);
+  EXPECT_THAT(message, HasSubstr("empty"));
+  std::tie(kind, message) = error({1, engine->vocab_size()});
+  EXPECT_EQ(kind, EngineErrorKind::InvalidArgument);
+  EXPECT_THAT(message, HasSubstr(fmt::format("prompt token {} (at index 1) is outside the model's vocabulary", engine->vocab_size())));
+  std::tie(kind, message) = error(std::vector<int32_t>(33, 1));
+  EXPECT_EQ(kind, EngineErrorKind::ContextFull);
+  EXPECT_THAT(message, HasSubstr("the prompt is 33 tokens long but the context holds 32 tokens"));
+  // A prompt of exactly the context still gets its one token.
+  const CompletionResult r = session->complete(std::vector<int32_t>(32, 1), greedy(5), {});
+  EXPECT_EQ(r.tokens.size(), 1u);
+  EXPECT_EQ(r.stop, StopReason::ContextFull);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -191,6 +191,14 @@ void Emulator::reset() {
   impl_->position = 0;
   impl_->pending = -1;
 }
+// Attention reads positions [0, the current one] and each step writes its own: what lies beyond the kept
+// positions is never read before it is written again.
+bool Emulator::truncate(int tokens) {
+  if (tokens < 0 || tokens > impl_->position) return false;
+  impl_->position = tokens;
+  impl_->pending = -1;
+  return true;
+}
 int Emulator::position() const { return impl_->position; }
 int Emulator::context() const { return impl_->opt.context; }
 std::string Emulator::name() const {

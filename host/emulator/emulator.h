@@ -40,6 +40,7 @@ class Emulator final : public DecodeBackend {
   GenerateResult generate(const GenerateRequest& request, const TokenCallback& on_token) override;
   void cancel() override;
   void reset() override;
+  bool truncate(int tokens) override;
   int position() const override;
   int context() const override;
   std::string name() const override;

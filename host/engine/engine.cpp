@@ -23,6 +23,7 @@ struct Engine::Shared {
   BackendFactory factory;
   std::string backend_name;
   bool on_gpu = false;
+  int vocab_size = 0;  // the model's (prompt ids must be below it)
 
   std::mutex mutex;  // guards idle
   // Backends of closed sessions (and the one made at open): reused, since on the GPU each holds a copy
@@ -165,6 +166,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     shared->factory = [&m, e] { return std::unique_ptr<DecodeBackend>(std::make_unique<Emulator>(m, e)); };
   }
   shared->on_gpu = gpu;
+  shared->vocab_size = m.config.vocab_size;
   // Make the first backend now: the weight upload (and its progress bar) belongs to opening the model.
   auto first = shared->take_backend();
   shared->backend_name = first->name();
@@ -177,6 +179,7 @@ Engine::Engine(Tokenizer tokenizer, std::optional<ChatTemplate> chat_template, s
     : shared_(std::make_shared<Shared>(std::move(tokenizer), std::move(chat_template), std::move(template_error))) {
   shared_->collect_stop_ids(model_eos_ids);
   shared_->factory = std::move(factory);
+  shared_->vocab_size = int(shared_->tokenizer.vocab_size());
   auto first = shared_->take_backend();
   shared_->backend_name = first->name();
   shared_->idle.push_back(std::move(first));
@@ -190,6 +193,7 @@ const ChatTemplate& Engine::chat_template() const { return shared_->require_temp
 bool Engine::has_chat_template() const { return shared_->chat_template.has_value(); }
 std::string Engine::backend_name() const { return shared_->backend_name; }
 bool Engine::on_gpu() const { return shared_->on_gpu; }
+int Engine::vocab_size() const { return shared_->vocab_size; }
 
 std::unique_ptr<Session> Engine::create_session(const SessionOptions& options) {
   return std::unique_ptr<Session>(new Session(shared_, shared_->take_backend(), options));
@@ -225,6 +229,8 @@ void Session::reset() {
   cache_valid_ = true;
   ended_with_stop_ = false;
   pending_token_ = -1;
+  cache_tokens_.clear();
+  cache_tokens_known_ = true;
   stats_ = SessionStats{};
 }
 
@@ -242,6 +248,7 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   const ChatTemplate& tmpl = shared_->require_template();
   const Tokenizer& tokenizer = shared_->tokenizer;
 
+  cache_tokens_known_ = false;  // complete() after this turn starts from an empty cache
   if (!cache_valid_) {  // a turn stopped during its prompt: start the cache over from the history
     backend_->reset();
     cached_messages_ = 0;
@@ -348,6 +355,127 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
     ended_with_stop_ = is_stop_token(pending_token_);
     ++stats_.turns;
   }
+  if (callback_error) std::rethrow_exception(callback_error);
+  return out;
+}
+
+CompletionResult Session::complete(const std::vector<int32_t>& prompt, const TurnParams& params,
+                                   const TokenIdCallback& on_token) {
+  BusyGuard guard(busy_);
+  check_params(params);
+  const auto bad = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
+  if (prompt.empty()) bad("the prompt is empty (a completion needs at least one prompt token)");
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= shared_->vocab_size)
+      bad(fmt::format("prompt token {} (at index {}) is outside the model's vocabulary [0, {})", prompt[i], i,
+                      shared_->vocab_size));
+  const int context = backend_->context();
+  if (int64_t(prompt.size()) > int64_t(context))
+    throw EngineError(EngineErrorKind::ContextFull,
+                      fmt::format("the prompt is {} tokens long but the context holds {} tokens", prompt.size(), context));
+
+  // The chat conversation, if any, ends: the cache is about to hold this prompt instead.
+  history_.clear();
+  if (!options_.system_prompt.empty()) history_.push_back({"system", options_.system_prompt});
+  cached_messages_ = 0;
+  cache_valid_ = false;
+  ended_with_stop_ = false;
+  stats_.turns = 0;
+
+  if (!cache_tokens_known_ || size_t(backend_->position()) != cache_tokens_.size()) {
+    backend_->reset();
+    cache_tokens_.clear();
+    pending_token_ = -1;
+    cache_tokens_known_ = true;
+  }
+
+  // Reuse the longest cached prefix of the prompt, but never all of it: its last token must run to give
+  // the first sample its logits. The pending token (the previous reply's last, not yet in the cache) is
+  // reused as well when the prompt goes on with it: the backend feeds it first anyway.
+  const size_t held = cache_tokens_.size();
+  size_t common = 0;
+  while (common < held && common < prompt.size() && cache_tokens_[common] == prompt[common]) ++common;
+  const bool feed_pending = common == held && pending_token_ >= 0 && prompt.size() > held && prompt[held] == pending_token_;
+  size_t keep = held;
+  std::vector<int32_t> fed;  // what this call runs through the model, in order
+  if (feed_pending) {
+    fed.push_back(pending_token_);
+    fed.insert(fed.end(), prompt.begin() + std::ptrdiff_t(held) + 1, prompt.end());
+  } else {
+    keep = std::min(common, prompt.size() - 1);
+    if (keep < held || pending_token_ >= 0) {
+      if (!backend_->truncate(int(keep))) {
+        backend_->reset();
+        keep = 0;
+      }
+      cache_tokens_.resize(keep);
+      pending_token_ = -1;
+    }
+    fed.assign(prompt.begin() + std::ptrdiff_t(keep), prompt.end());
+  }
+
+  GenerateRequest request;
+  request.input.assign(fed.begin() + (feed_pending ? 1 : 0), fed.end());
+  request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
+  request.sampling = params.sampling;
+
+  CompletionResult out;
+  out.cached_tokens = int(keep);
+  bool saw_stop = false;
+  std::exception_ptr callback_error;
+  const auto on_backend_token = [&](int32_t token) {
+    if (saw_stop || callback_error) return;
+    if (is_stop_token(token)) {
+      saw_stop = true;
+      backend_->cancel();  // no-op when the backend stops on it anyway
+      return;
+    }
+    if (cancel_requested_.load()) {  // repeated: a cancel() racing with the start of generate() was cleared
+      backend_->cancel();
+      return;
+    }
+    out.tokens.push_back(token);
+    if (!on_token) return;
+    try {
+      on_token(token);
+    } catch (...) {  // never unwind through a running backend: stop it, rethrow after
+      callback_error = std::current_exception();
+      backend_->cancel();
+    }
+  };
+
+  cancel_requested_ = false;
+  const int start = backend_->position();
+  GenerateResult result;
+  try {
+    result = backend_->generate(request, on_backend_token);
+  } catch (const Error& e) {
+    cache_tokens_known_ = false;
+    throw EngineError(EngineErrorKind::Backend, e.what());
+  } catch (...) {
+    cache_tokens_known_ = false;
+    throw;
+  }
+
+  // The cache grew by one position per step that ran: the fed tokens, then every sampled token but the
+  // last (pending). A stop during the prompt leaves part of it and no pending token.
+  fed.insert(fed.end(), result.tokens.begin(), result.tokens.end());
+  const int steps = backend_->position() - start;
+  if (steps < 0 || size_t(steps) > fed.size()) {
+    cache_tokens_known_ = false;  // cannot happen with the backends' accounting; start over next time
+  } else {
+    cache_tokens_.insert(cache_tokens_.end(), fed.begin(), fed.begin() + steps);
+    pending_token_ = result.tokens.empty() ? -1 : result.tokens.back();
+  }
+
+  out.stop = saw_stop ? StopReason::Eos : result.stop;
+  out.stats = result.stats;
+  stats_.last_ingested_tokens = result.stats.ingested_tokens;
+  stats_.last_generated_tokens = result.stats.generated_tokens;
+  stats_.last_first_token_seconds = result.stats.first_token_seconds;
+  stats_.last_tokens_per_second = result.stats.decode_tokens_per_second();
+  stats_.last_total_seconds = result.stats.total_seconds;
+  stats_.last_stop = out.stop;
   if (callback_error) std::rethrow_exception(callback_error);
   return out;
 }

@@ -87,6 +87,14 @@ struct TurnResult {
   GenerateStats stats;                 // stats.ingested_tokens: the pending token + the new turn's tokens
 };
 
+// A completion of a prompt given as token ids (Session::complete).
+struct CompletionResult {
+  std::vector<int32_t> tokens;  // the reply as passed to the callback: no stop token, nothing after a cancel
+  StopReason stop = StopReason::None;  // Eos when the model ended its turn
+  GenerateStats stats;                 // stats.ingested_tokens: what ran through the model, not the reused prefix
+  int cached_tokens = 0;               // prompt tokens the KV cache already held and did not run again
+};
+
 struct SessionStats {
   int context_tokens = 0;  // tokens in the KV cache
   int context_size = 0;
@@ -100,6 +108,7 @@ struct SessionStats {
 };
 
 using TextCallback = std::function<void(std::string_view text)>;
+using TokenIdCallback = std::function<void(int32_t token)>;
 
 class Session;
 
@@ -121,6 +130,9 @@ class Engine {
   bool has_chat_template() const;
   std::string backend_name() const;
   bool on_gpu() const;
+  // The model's vocabulary size: the token ids a prompt may hold are [0, vocab_size()). It can be smaller
+  // than the tokenizer's (ids the model has no embedding row for).
+  int vocab_size() const;
 
   // Thread-safe. A session may outlive the Engine object (it shares the model with it).
   std::unique_ptr<Session> create_session(const SessionOptions& options = {});
@@ -146,6 +158,17 @@ class Session {
     return chat(std::vector<ChatMessage>{{"user", user_text}}, params, on_text);
   }
 
+  // Generates a continuation of `prompt`, token ids the caller rendered and encoded (a server that gets
+  // whole conversations, or raw prompts, per request). The KV cache is reused as far as it holds a prefix
+  // of `prompt` (a conversation that goes on, a shared system prompt): only the rest is ingested, and
+  // CompletionResult::cached_tokens says how much was reused. Whatever the cache held, the tokens are the
+  // same as from an empty cache (sampling draws by position). on_token gets each reply token in order;
+  // the model's stop tokens end the reply and are not passed; after cancel() no further token is passed.
+  // This ends a chat() conversation (the next chat() starts a new one, as after reset()). Throws
+  // EngineError: InvalidArgument (an empty prompt, an id outside the vocabulary, bad parameters),
+  // ContextFull (the prompt is longer than the context), Busy, Backend.
+  CompletionResult complete(const std::vector<int32_t>& prompt, const TurnParams& params, const TokenIdCallback& on_token);
+
   // Stops the reply in progress at the next token; no effect when none is. Thread-safe and
   // async-signal-safe (only atomic stores), so a SIGINT handler may call it.
   void cancel();
@@ -168,6 +191,10 @@ class Session {
   bool cache_valid_ = true;      // false: the cache holds a partial turn; rebuild it from history_
   bool ended_with_stop_ = false; // the pending token is an end-of-turn/EOS token
   int32_t pending_token_ = -1;   // the last reply's last token (not yet in the cache)
+  // complete(): the KV cache's tokens in order (backend position() of them), for prefix reuse. chat() does
+  // not keep it; after a chat() turn complete() starts from an empty cache.
+  std::vector<int32_t> cache_tokens_;
+  bool cache_tokens_known_ = true;
   SessionStats stats_;
   std::atomic<bool> cancel_requested_{false};
   std::atomic<bool> busy_{false};

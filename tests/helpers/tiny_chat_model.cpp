@@ -110,6 +110,12 @@ TinyChatModel write_tiny_chat_model(const std::filesystem::path& dir, const Tiny
   spec.eos = {m.im_end};
   spec.seed = options.seed;
   spec.max_position = 32768;
+  spec.layers = options.layers;
+  spec.hidden = options.hidden;
+  spec.intermediate = options.intermediate;
+  spec.heads = options.heads;
+  spec.kv_heads = options.kv_heads;
+  spec.head_dim = options.head_dim;
   auto tensors = synthetic::write_tiny_model(dir, spec);
   if (options.suppress_eos) {
     for (auto& tensor : tensors) {

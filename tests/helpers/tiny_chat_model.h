@@ -22,6 +22,9 @@ struct TinyChatModelOptions {
   // Zero the LM-head row of <|im_end|>: its logit is then always 0 while the ~110 others are random, so
   // greedy decoding practically never ends a reply by itself (long replies for the Ctrl-C tests).
   bool suppress_eos = true;
+  // The shape (the tokenizer is the same for any). Larger shapes make the emulator slower per token:
+  // the server's cancel test wants tokens far apart; a GPU benchmark wants a real model's per-token work.
+  int layers = 2, hidden = 64, intermediate = 96, heads = 4, kv_heads = 2, head_dim = 16;
 };
 
 // Writes config.json, generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.

@@ -1,0 +1,435 @@
+#include "host/server/http_server.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+// httplib refuses form-encoded bodies over 8 KiB with 413, and curl -d sends JSON as form-encoded unless
+// told otherwise: the body limit is --max-body whatever the Content-Type says.
+#define CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH SIZE_MAX
+#include <httplib.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+#include <random>
+
+#include "host/server/api_error.h"
+#include "host/server/metrics.h"
+#include "host/server/openai_json.h"
+#include "host/server/request.h"
+#include "host/server/scheduler.h"
+
+namespace mk::server {
+namespace {
+
+using json = nlohmann::json;
+using httplib::DataSink;
+using httplib::Request;
+using httplib::Response;
+using HandlerResponse = httplib::Server::HandlerResponse;
+
+constexpr const char* kChatPath = "/v1/chat/completions";
+constexpr const char* kCompletionPath = "/v1/completions";
+constexpr const char* kModelsPath = "/v1/models";
+constexpr std::string_view kModelPrefix = "/v1/models/";
+
+// The client's connection is checked on every token, and this often while no token comes (a long prompt):
+// a disconnect is noticed by the next token and the generation stops at the one after. A waiting job's
+// client is checked less often.
+constexpr auto kRunningPoll = std::chrono::milliseconds(1);
+constexpr auto kWaitingPoll = std::chrono::milliseconds(25);
+
+void set_error(Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(dump(e.to_json()), "application/json");
+  if (e.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
+  if (e.status() == 429) res.set_header("Retry-After", "1");
+}
+
+// A fixed set of labels for the metrics (a client cannot grow it by asking for random paths).
+std::string route_label(const std::string& path) {
+  for (const char* known : {kChatPath, kCompletionPath, kModelsPath, "/health", "/metrics"})
+    if (path == known) return path;
+  if (path.starts_with(kModelPrefix)) return "/v1/models/{id}";
+  return "other";
+}
+
+bool equal_constant_time(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+bool write(DataSink& sink, std::string_view data) { return sink.write(data.data(), data.size()); }
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Engine& e, const ServerConfig& c)
+      : engine(e), config(c), session(engine.create_session()), context(session->stats().context_size),
+        scheduler(*session, engine.tokenizer(), config.queue_capacity, metrics), started(std::time(nullptr)),
+        seeds(std::random_device{}()) {
+    setup();
+  }
+
+  Engine& engine;
+  const ServerConfig config;
+  std::unique_ptr<Session> session;
+  const int context;
+  Metrics metrics;
+  Scheduler scheduler;
+  httplib::Server http;
+  const int64_t started;
+  std::atomic<uint64_t> next_id{1};
+  std::mutex seed_mutex;
+  std::mt19937_64 seeds;
+
+  // -------------------------------------------------------------------------------------------------
+  // Checks
+
+  void require_key(const Request& req) const {
+    if (config.api_key.empty()) return;
+    const std::string header = req.get_header_value("Authorization");
+    if (header.empty())
+      throw ApiError(401, "invalid_request_error",
+                     "no API key: send it in the header 'Authorization: Bearer KEY' (the server was started with --api-key)",
+                     {}, "invalid_api_key");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (!header.starts_with(kBearer) || !equal_constant_time(std::string_view(header).substr(kBearer.size()), config.api_key))
+      throw ApiError(401, "invalid_request_error", "the API key is not valid", {}, "invalid_api_key");
+  }
+
+  ApiError too_large() const {
+    return ApiError(413, "invalid_request_error",
+                    fmt::format("the request body is larger than the limit of {} bytes (mk-server --max-body)", config.max_body_bytes),
+                    {}, "request_too_large");
+  }
+
+  // What httplib answered on its own (no route, a malformed request, a body over the limit), in
+  // OpenAI's error form.
+  ApiError status_error(int status, const Request& req) const {
+    switch (status) {
+      case 404:
+        return ApiError(404, "invalid_request_error",
+                        fmt::format("unknown endpoint {} {} (this server has POST {}, POST {}, GET {}, GET /health, GET /metrics)",
+                                    req.method, req.path, kChatPath, kCompletionPath, kModelsPath),
+                        {}, "unknown_url");
+      case 413: return too_large();
+      case 414: return ApiError(414, "invalid_request_error", "the request line is too long");
+      case 400: return ApiError(400, "invalid_request_error", "malformed HTTP request (request line, headers or body)");
+      default: return ApiError(status, status >= 500 ? "server_error" : "invalid_request_error", fmt::format("HTTP {}", status));
+    }
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Requests -> jobs
+
+  std::shared_ptr<Job> make_job(const CompletionRequest& r) {
+    auto job = std::make_shared<Job>();
+    job->endpoint = r.endpoint;
+    const Tokenizer& tok = engine.tokenizer();
+    if (r.endpoint == Endpoint::Chat) {
+      if (!engine.has_chat_template())
+        throw invalid_request("this model directory has no usable chat template; use /v1/completions with a prompt", "messages");
+      ChatOptions options;
+      options.enable_thinking = r.enable_thinking;
+      std::string text;
+      try {
+        text = engine.chat_template().render(r.messages, /*add_generation_prompt=*/true, options);
+      } catch (const Error& e) {
+        throw invalid_request(fmt::format("'messages' cannot be rendered with the model's chat template: {}", e.what()), "messages");
+      }
+      // The template writes the special tokens (and the BOS) as text.
+      job->prompt = tok.encode(text, /*parse_special=*/true, /*add_special_tokens=*/false);
+    } else if (r.prompt_tokens) {
+      job->prompt = *r.prompt_tokens;
+    } else {
+      // As Hugging Face's tokenizer(prompt) does: special tokens in the text are parsed, BOS is added.
+      job->prompt = tok.encode(r.prompt, /*parse_special=*/true, /*add_special_tokens=*/true);
+    }
+
+    if (job->prompt.empty()) throw invalid_request("the prompt is empty: at least one token is needed", "prompt");
+    if (job->prompt.size() > size_t(context))
+      throw invalid_request(fmt::format("the prompt is {} tokens long, but the context holds {} tokens (mk-server -c)",
+                                        job->prompt.size(), context),
+                            r.endpoint == Endpoint::Chat ? "messages" : "prompt", "context_length_exceeded");
+    for (size_t i = 0; i < job->prompt.size(); ++i)
+      if (job->prompt[i] < 0 || job->prompt[i] >= engine.vocab_size())
+        throw invalid_request(fmt::format("the prompt's token {} (at index {}) is outside the model's vocabulary of {} tokens",
+                                          job->prompt[i], i, engine.vocab_size()),
+                              r.endpoint == Endpoint::Chat ? "messages" : "prompt");
+
+    job->params = config.defaults;
+    if (r.max_tokens) job->params.max_tokens = *r.max_tokens;
+    SamplingParams& s = job->params.sampling;
+    if (r.temperature) s.temperature = *r.temperature;
+    if (r.top_p) s.top_p = *r.top_p;
+    if (r.min_p) s.min_p = *r.min_p;
+    if (r.top_k) s.top_k = *r.top_k;
+    if (r.seed) {
+      s.seed = *r.seed;
+    } else if (!config.fixed_seed) {
+      std::lock_guard lock(seed_mutex);
+      s.seed = seeds();
+    }
+    job->stop = r.stop;
+    return job;
+  }
+
+  ResponseIds new_ids(Endpoint endpoint) {
+    ResponseIds ids;
+    ids.endpoint = endpoint;
+    ids.id = fmt::format("{}-{:x}{:06x}", endpoint == Endpoint::Chat ? "chatcmpl" : "cmpl", started, next_id.fetch_add(1));
+    ids.created = std::time(nullptr);
+    ids.model = config.model_id;
+    return ids;
+  }
+
+  void completion(Endpoint endpoint, const Request& req, Response& res) {
+    require_key(req);
+    const CompletionRequest r = parse_request(endpoint, req.body);
+    std::shared_ptr<Job> job = make_job(r);
+    switch (scheduler.submit(job)) {
+      case Scheduler::Admission::Queued: break;
+      case Scheduler::Admission::QueueFull:
+        throw ApiError(429, "rate_limit_error",
+                       fmt::format("the server is busy: {} requests are already waiting (mk-server --queue); retry later",
+                                   config.queue_capacity),
+                       {}, "queue_full");
+      case Scheduler::Admission::Stopping: throw ApiError(503, "server_error", "the server is shutting down");
+    }
+    const ResponseIds ids = new_ids(endpoint);
+    const std::string path = req.path;
+    // Also when the response never starts (the client left before the headers went out); a no-op once done.
+    auto release = [this, job](bool) { scheduler.cancel(job); };
+    if (r.stream) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_header("X-Accel-Buffering", "no");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, job, ids, path, usage = r.include_usage](size_t, DataSink& sink) { return stream(job, ids, usage, path, sink); },
+          release);
+    } else {
+      // Sent through a provider too, so that a client that goes away while waiting is noticed.
+      res.set_chunked_content_provider(
+          "application/json", [this, job, ids, path](size_t, DataSink& sink) { return respond(job, ids, path, sink); }, release);
+    }
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Responses
+
+  // The client went away: stop the job (dequeue it, or cancel its generation) and wait until it has
+  // stopped, so that the next request starts on an idle generator.
+  bool gone(const std::shared_ptr<Job>& job, const std::string& path, bool streamed) {
+    for (;;) {
+      scheduler.cancel(job);
+      if (job->wait(kRunningPoll).done) break;
+    }
+    log_generation(path, streamed, job->outcome());
+    return false;
+  }
+
+  // Waits for the job's next token or its end, then checks the client (before writing: the first write
+  // to a closed connection still succeeds). nullopt: the client is gone.
+  std::optional<Job::Update> next(const std::shared_ptr<Job>& job, DataSink& sink) {
+    Job::Update u = job->wait(job->started() ? kRunningPoll : kWaitingPoll);
+    if (!u.done && !sink.is_writable()) return std::nullopt;
+    return u;
+  }
+
+  bool stream(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool usage, const std::string& path, DataSink& sink) {
+    bool first = true;
+    for (;;) {
+      const auto u = next(job, sink);
+      if (!u) return gone(job, path, true);
+      if (!u->text.empty()) {
+        if (!write(sink, sse_event(text_chunk(ids, u->text, first, usage)))) return gone(job, path, true);
+        first = false;
+      }
+      if (u->done) break;
+    }
+    const JobOutcome o = job->outcome();
+    log_generation(path, true, o);
+    if (o.finish_reason == "error" || o.finish_reason == "cancelled") {
+      // The status line went out long ago: the failure travels as an event (OpenAI's clients raise it).
+      const ApiError e = o.finish_reason == "error" ? ApiError(500, "server_error", fmt::format("generation failed: {}", o.error))
+                                                    : ApiError(503, "server_error", "the server is shutting down");
+      write(sink, sse_event(e.to_json()));
+      write(sink, kSseDone);
+      sink.done();
+      return true;
+    }
+    if (first && ids.endpoint == Endpoint::Chat) write(sink, sse_event(text_chunk(ids, "", true, usage)));
+    write(sink, sse_event(finish_chunk(ids, o, usage)));
+    if (usage) write(sink, sse_event(usage_chunk(ids, o)));
+    write(sink, kSseDone);
+    sink.done();
+    return true;
+  }
+
+  bool respond(const std::shared_ptr<Job>& job, const ResponseIds& ids, const std::string& path, DataSink& sink) {
+    std::string text;
+    for (;;) {
+      const auto u = next(job, sink);
+      if (!u) return gone(job, path, false);
+      text += u->text;
+      if (u->done) break;
+    }
+    const JobOutcome o = job->outcome();
+    log_generation(path, false, o);
+    // The status (200) is sent: a failure can only cut the connection, which clients report as an error.
+    if (o.finish_reason == "error" || o.finish_reason == "cancelled") return false;
+    write(sink, dump(full_response(ids, text, o)));
+    sink.done();
+    return true;
+  }
+
+  void log_generation(const std::string& path, bool streamed, const JobOutcome& o) const {
+    if (!config.log_requests) return;
+    if (o.finish_reason == "error") {
+      fmt::print(stderr, "POST {}: generation failed: {}\n", path, o.error);
+      return;
+    }
+    fmt::print(stderr, "POST {}{}: {} prompt tokens ({} cached), {} generated, queue {:.1f} ms, first token {:.1f} ms, "
+                       "{:.1f} tok/s, {}\n",
+               path, streamed ? " (stream)" : "", o.prompt_tokens, o.cached_tokens, o.completion_tokens, o.queue_seconds * 1e3,
+               o.first_token_seconds * 1e3, o.decode_tokens_per_second, o.finish_reason);
+  }
+
+  // -------------------------------------------------------------------------------------------------
+  // Routes
+
+  // Every handler answers errors in OpenAI's form; nothing escapes to httplib (which would answer 500
+  // with the exception text in a header).
+  template <typename F>
+  httplib::Server::Handler guarded(F body) {
+    return [this, body](const Request& req, Response& res) {
+      try {
+        body(req, res);
+      } catch (const ApiError& e) {
+        set_error(res, e);
+      } catch (const std::exception& e) {
+        set_error(res, ApiError(500, "server_error", fmt::format("internal error: {}", e.what())));
+      }
+    };
+  }
+
+  void setup() {
+    // One request per connection. A waiting or streaming request holds its connection's thread, and an
+    // idle kept-alive connection would hold one too; and a request refused before its body was read
+    // (411) must not leave that body to be parsed as the next request.
+    http.set_keep_alive_max_count(1);
+    // A connection that sends no request holds a thread this long (and delays a shutdown this long).
+    http.set_keep_alive_timeout(2);
+    http.set_tcp_nodelay(true);  // each token's event goes out at once, not after Nagle's delay
+    // httplib sets SO_REUSEPORT, which lets a second server bind the same port and take half of the
+    // connections. SO_REUSEADDR alone: a busy port is an error, a restart right after a stop is not.
+    http.set_socket_options([](socket_t sock) {
+      const int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    http.set_payload_max_length(config.max_body_bytes);
+    // Enough threads for every request the queue admits, the one generating, and a few for /health,
+    // /metrics and the answers (429, 4xx) to the rest; further connections wait to be accepted.
+    const size_t threads = config.queue_capacity + 1 + 8;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+    http.set_expect_100_continue_handler([this](const Request& req, Response& res) {
+      try {  // answered before the client sends the body
+        require_key(req);
+        if (req.get_header_value<uint64_t>("Content-Length") > config.max_body_bytes) throw too_large();
+      } catch (const ApiError& e) {
+        set_error(res, e);
+        return e.status();
+      }
+      return 100;
+    });
+    http.set_pre_routing_handler([this](const Request& req, Response& res) {
+      try {
+        // httplib bounds only bodies with a Content-Length; others would be read whole into memory.
+        if (req.method == "POST" && (req.has_header("Transfer-Encoding") || !req.has_header("Content-Length")))
+          throw ApiError(411, "invalid_request_error",
+                         "the request body needs a Content-Length header (chunked request bodies are not accepted)", {},
+                         "length_required");
+        // /v1/models/{id} without a regex route (a pattern with '.+' over an 8 KiB path recurses deeply).
+        if ((req.method == "GET" || req.method == "HEAD") && req.path.starts_with(kModelPrefix)) {
+          require_key(req);
+          const std::string id = req.path.substr(kModelPrefix.size());
+          if (id != config.model_id)
+            throw ApiError(404, "invalid_request_error",
+                           fmt::format("the model '{}' does not exist; this server has '{}'", id, config.model_id), "model",
+                           "model_not_found");
+          res.set_content(dump(model_json(config.model_id, started)), "application/json");
+          return HandlerResponse::Handled;
+        }
+      } catch (const ApiError& e) {
+        set_error(res, e);
+        return HandlerResponse::Handled;
+      }
+      return HandlerResponse::Unhandled;
+    });
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
+      if (!res.body.empty()) return HandlerResponse::Unhandled;  // already in OpenAI's form
+      set_error(res, status_error(res.status, req));
+      return HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const Request&, Response& res, std::exception_ptr) {
+      set_error(res, ApiError(500, "server_error", "internal error"));
+    });
+    http.set_logger([this](const Request& req, const Response& res) {
+      metrics.count_http(route_label(req.path), res.status);
+      if (config.log_requests && res.status >= 400) {
+        std::string message = res.body;
+        try {
+          message = json::parse(res.body).at("error").at("message").get<std::string>();
+        } catch (const std::exception&) {
+        }
+        fmt::print(stderr, "{} {} {}: {}\n", req.method, req.path.substr(0, 200), res.status, message);
+      }
+    });
+
+    http.Post(kChatPath, guarded([this](const Request& req, Response& res) { completion(Endpoint::Chat, req, res); }));
+    http.Post(kCompletionPath, guarded([this](const Request& req, Response& res) { completion(Endpoint::Completion, req, res); }));
+    http.Get(kModelsPath, guarded([this](const Request& req, Response& res) {
+      require_key(req);
+      res.set_content(dump(models_json(config.model_id, started)), "application/json");
+    }));
+    http.Get("/health", guarded([this](const Request&, Response& res) {
+      const QueueState q = scheduler.state();
+      res.set_content(dump({{"status", "ok"}, {"queue_length", q.waiting}, {"generating", q.generating}}), "application/json");
+    }));
+    http.Get("/metrics", guarded([this](const Request& req, Response& res) {
+      require_key(req);
+      res.set_content(metrics.render(scheduler.state(), config.model_id, engine.backend_name()),
+                      "text/plain; version=0.0.4; charset=utf-8");
+    }));
+  }
+};
+
+HttpServer::HttpServer(Engine& engine, const ServerConfig& config) : impl_(std::make_unique<Impl>(engine, config)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+int HttpServer::bind() {
+  const ServerConfig& c = impl_->config;
+  errno = 0;
+  const int port = c.port == 0 ? impl_->http.bind_to_any_port(c.host) : (impl_->http.bind_to_port(c.host, c.port) ? c.port : -1);
+  if (port < 0)
+    fail("cannot listen on {}:{}: {}", c.host, c.port,
+         errno ? fmt::format("{} (is another server on that port?)", std::strerror(errno))
+               : std::string("the host does not resolve to an address of this machine"));
+  return port;
+}
+
+void HttpServer::run() { impl_->http.listen_after_bind(); }
+
+void HttpServer::stop() {
+  impl_->scheduler.stop();
+  impl_->http.stop();
+}
+
+}  // namespace mk::server

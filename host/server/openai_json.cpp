@@ -1,0 +1,100 @@
+#include "host/server/openai_json.h"
+
+namespace mk::server {
+namespace {
+
+using json = nlohmann::json;
+
+json envelope(const ResponseIds& ids, bool chunk) {
+  const bool chat = ids.endpoint == Endpoint::Chat;
+  return {{"id", ids.id},
+          {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+          {"created", ids.created},
+          {"model", ids.model},
+          {"system_fingerprint", nullptr}};
+}
+
+json choice(const ResponseIds& ids, json content, json finish_reason) {
+  json c = {{"index", 0}};
+  if (ids.endpoint == Endpoint::Chat) c["delta"] = std::move(content);
+  else c["text"] = std::move(content);
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = std::move(finish_reason);
+  return c;
+}
+
+}  // namespace
+
+json usage_json(const JobOutcome& o) {
+  return {{"prompt_tokens", o.prompt_tokens},
+          {"completion_tokens", o.completion_tokens},
+          {"total_tokens", o.prompt_tokens + o.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+}
+
+json timings_json(const JobOutcome& o) {
+  return {{"prompt_n", o.prompt_tokens - o.cached_tokens},
+          {"cached_n", o.cached_tokens},
+          {"predicted_n", o.completion_tokens},
+          {"queue_ms", o.queue_seconds * 1e3},
+          {"first_token_ms", o.first_token_seconds * 1e3},
+          {"engine_first_token_ms", o.engine_first_token_seconds * 1e3},
+          {"predicted_per_second", o.decode_tokens_per_second}};
+}
+
+json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null) {
+  json j = envelope(ids, true);
+  json content;
+  if (ids.endpoint == Endpoint::Chat) {
+    content = json::object();
+    if (first) content["role"] = "assistant";
+    content["content"] = text;
+  } else {
+    content = text;
+  }
+  j["choices"] = json::array({choice(ids, std::move(content), nullptr)});
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
+json finish_chunk(const ResponseIds& ids, const JobOutcome& o, bool with_usage_null) {
+  json j = envelope(ids, true);
+  j["choices"] = json::array({choice(ids, ids.endpoint == Endpoint::Chat ? json::object() : json(""), o.finish_reason)});
+  if (with_usage_null) j["usage"] = nullptr;
+  j["timings"] = timings_json(o);
+  return j;
+}
+
+json usage_chunk(const ResponseIds& ids, const JobOutcome& o) {
+  json j = envelope(ids, true);
+  j["choices"] = json::array();
+  j["usage"] = usage_json(o);
+  return j;
+}
+
+json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o) {
+  json j = envelope(ids, false);
+  json c = {{"index", 0}};
+  if (ids.endpoint == Endpoint::Chat) c["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+  else c["text"] = text;
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = o.finish_reason;
+  j["choices"] = json::array({c});
+  j["usage"] = usage_json(o);
+  j["timings"] = timings_json(o);
+  return j;
+}
+
+json model_json(const std::string& model, int64_t created) {
+  return {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "monokernel"}};
+}
+
+json models_json(const std::string& model, int64_t created) {
+  return {{"object", "list"}, {"data", json::array({model_json(model, created)})}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+}  // namespace mk::server

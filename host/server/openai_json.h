@@ -1,0 +1,49 @@
+// The OpenAI response shapes mk-server sends: chat.completion / text_completion objects, their streamed
+// chunks (server-sent events), usage, and the model list. Field names and nesting follow OpenAI's API
+// reference, so its client libraries parse them unchanged.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "host/server/request.h"
+#include "host/server/scheduler.h"
+
+namespace mk::server {
+
+struct ResponseIds {
+  Endpoint endpoint = Endpoint::Chat;
+  std::string id;       // "chatcmpl-..." / "cmpl-...": the same in every chunk of one response
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
+nlohmann::json usage_json(const JobOutcome& o);
+// Not in OpenAI's API (clients ignore it; llama.cpp's server sends a similar object): the server's own
+// timings of the request, for benchmarks of what HTTP adds.
+nlohmann::json timings_json(const JobOutcome& o);
+
+// A streamed chunk carrying `text`; `first` adds the chat delta's role. `with_usage_null`: the request
+// asked for stream_options.include_usage, and OpenAI then sends "usage": null in every chunk but the last.
+nlohmann::json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null);
+// The chunk that ends the choice: empty delta / text, finish_reason set (plus timings).
+nlohmann::json finish_chunk(const ResponseIds& ids, const JobOutcome& o, bool with_usage_null);
+// The last chunk when include_usage was asked for: no choices, the usage.
+nlohmann::json usage_chunk(const ResponseIds& ids, const JobOutcome& o);
+// The whole response of a request that did not stream.
+nlohmann::json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o);
+
+nlohmann::json models_json(const std::string& model, int64_t created);
+nlohmann::json model_json(const std::string& model, int64_t created);
+
+// Serialised for the wire. Invalid UTF-8 (a model directory's name, say) becomes U+FFFD instead of failing.
+std::string dump(const nlohmann::json& j);
+// One server-sent event: "data: <json>\n\n".
+std::string sse_event(const nlohmann::json& j);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+}  // namespace mk::server

@@ -1,0 +1,265 @@
+#include "host/server/request.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "host/server/api_error.h"
+
+namespace mk::server {
+namespace {
+
+using json = nlohmann::json;
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number with a fraction";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    default: return "something else";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const char* expected, const json& got) {
+  throw invalid_request(fmt::format("'{}' must be {} (got {})", field, expected, type_name(got)), field);
+}
+
+// The field's value, or nullptr when it is absent or null (OpenAI treats null as "not given").
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::optional<bool> get_bool(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<double> get_number(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(name, "a number", *v);
+  return v->get<double>();
+}
+
+std::optional<int64_t> get_integer(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (v->is_number_unsigned()) {
+    if (v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      throw invalid_request(fmt::format("'{}' is too large (got {})", name, v->get<uint64_t>()), name);
+    return int64_t(v->get<uint64_t>());
+  }
+  if (!v->is_number_integer()) wrong_type(name, "an integer", *v);
+  return v->get<int64_t>();
+}
+
+float in_range(const char* name, double value, double lo, double hi, bool lo_open, const char* range) {
+  if (!std::isfinite(value) || value > hi || value < lo || (lo_open && value == lo))
+    throw invalid_request(fmt::format("'{}' must be in {} (got {})", name, range, value), name);
+  return float(value);
+}
+
+// "content": a string, or OpenAI's array of parts of which only {"type": "text", "text": ...} is supported.
+std::string message_content(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) wrong_type(where, "a string or an array of text parts", content);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string at = fmt::format("{}[{}]", where, i);
+    if (!part.is_object()) wrong_type(at, "an object", part);
+    const json* type = field(part, "type");
+    if (!type || !type->is_string())
+      throw invalid_request(fmt::format("'{}.type' must be a string such as \"text\"", at), at + ".type");
+    if (type->get<std::string>() != "text")
+      throw invalid_request(fmt::format("'{}' is a \"{}\" part; only \"text\" parts are supported (the model reads text only)",
+                                        at, type->get<std::string>()),
+                            at + ".type");
+    const json* t = field(part, "text");
+    if (!t || !t->is_string()) throw invalid_request(fmt::format("'{}.text' must be a string", at), at + ".text");
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (!v) throw invalid_request("'messages' is required: an array of {\"role\", \"content\"} objects", "messages");
+  if (!v->is_array()) wrong_type("messages", "an array", *v);
+  if (v->empty()) throw invalid_request("'messages' is empty: at least one message is needed", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string at = fmt::format("messages[{}]", i);
+    if (!m.is_object()) wrong_type(at, "an object", m);
+    const json* role = field(m, "role");
+    if (!role || !role->is_string()) throw invalid_request(fmt::format("'{}.role' must be a string", at), at + ".role");
+    std::string r = role->get<std::string>();
+    if (r == "developer") r = "system";  // OpenAI's newer name for the system role
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      throw invalid_request(fmt::format("'{}.role' is \"{}\"; expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"",
+                                        at, r),
+                            at + ".role");
+    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
+      throw invalid_request(fmt::format("'{}.tool_calls': tool calls are not supported", at), at + ".tool_calls");
+    const json* content = field(m, "content");
+    if (!content) throw invalid_request(fmt::format("'{}.content' is required", at), at + ".content");
+    out.push_back({std::move(r), message_content(*content, at + ".content")});
+  }
+  return out;
+}
+
+// "prompt": a string, token ids, or a batch of one of either (batches of more are n > 1 in disguise).
+void parse_prompt(const json& body, CompletionRequest& out) {
+  const json* v = field(body, "prompt");
+  if (!v) throw invalid_request("'prompt' is required: a string or an array of token ids", "prompt");
+  const json* p = v;
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) p = &(*v)[0];
+  if (p->is_string()) {
+    out.prompt = p->get<std::string>();
+    return;
+  }
+  if (p->is_array()) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < p->size(); ++i) {
+      const json& t = (*p)[i];
+      if (t.is_string() || t.is_array())
+        throw invalid_request("'prompt' holds several prompts; only one is supported per request", "prompt");
+      if (!(t.is_number_integer() || t.is_number_unsigned()) || t.get<int64_t>() < 0 ||
+          t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        throw invalid_request(fmt::format("'prompt[{}]' must be a token id (a non-negative integer)", i), "prompt");
+      ids.push_back(int32_t(t.get<int64_t>()));
+    }
+    out.prompt_tokens = std::move(ids);
+    return;
+  }
+  wrong_type("prompt", "a string or an array of token ids", *p);
+}
+
+void parse_stop(const json& body, const Limits& limits, CompletionRequest& out) {
+  const json* v = field(body, "stop");
+  if (!v) return;
+  std::vector<std::string> stops;
+  if (v->is_string()) {
+    stops.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) wrong_type(fmt::format("stop[{}]", i), "a string", (*v)[i]);
+      stops.push_back((*v)[i].get<std::string>());
+    }
+  } else {
+    wrong_type("stop", "a string or an array of strings", *v);
+  }
+  if (stops.size() > limits.max_stop_strings)
+    throw invalid_request(fmt::format("'stop' has {} strings; at most {} are allowed", stops.size(), limits.max_stop_strings), "stop");
+  for (const auto& s : stops) {
+    if (s.empty()) throw invalid_request("'stop' holds an empty string, which would stop before the first token", "stop");
+    if (s.size() > limits.max_stop_bytes)
+      throw invalid_request(fmt::format("a 'stop' string is {} bytes long; at most {} are allowed", s.size(), limits.max_stop_bytes),
+                            "stop");
+  }
+  out.stop = std::move(stops);
+}
+
+// Options OpenAI defines that would change what the client gets back: refused with a clear reason.
+void reject_unsupported(const json& body) {
+  const auto unsupported = [](const std::string& name, const std::string& why) {
+    throw invalid_request(fmt::format("'{}' {}", name, why), name);
+  };
+  if (const auto n = get_integer(body, "n"); n && *n != 1)
+    unsupported("n", fmt::format("must be 1: this server generates one choice per request (got {})", *n));
+  if (const auto b = get_integer(body, "best_of"); b && *b != 1)
+    unsupported("best_of", fmt::format("must be 1: this server generates one choice per request (got {})", *b));
+  if (const json* lp = field(body, "logprobs")) {
+    const bool asked = lp->is_boolean() ? lp->get<bool>() : lp->is_number() ? lp->get<double>() > 0 : true;
+    if (asked) unsupported("logprobs", "is not supported");
+  }
+  if (const auto t = get_integer(body, "top_logprobs"); t && *t > 0) unsupported("top_logprobs", "is not supported");
+  if (const auto e = get_bool(body, "echo"); e && *e) unsupported("echo", "is not supported");
+  if (const json* s = field(body, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
+    unsupported("suffix", "is not supported");
+  for (const char* name : {"tools", "functions"})
+    if (const json* t = field(body, name); t && !(t->is_array() && t->empty()))
+      unsupported(name, "is not supported (no tool calling)");
+  if (const json* rf = field(body, "response_format")) {
+    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (!(type && type->is_string() && type->get<std::string>() == "text"))
+      unsupported("response_format", "is not supported except {\"type\": \"text\"}");
+  }
+  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
+    unsupported("logit_bias", "is not supported");
+  for (const char* name : {"frequency_penalty", "presence_penalty"})
+    if (const auto p = get_number(body, name); p && *p != 0.0) unsupported(name, "is not supported (only 0)");
+}
+
+}  // namespace
+
+CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, const Limits& limits) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::exception& e) {
+    throw invalid_request(fmt::format("the request body is not valid JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw invalid_request(fmt::format("the request body must be a JSON object (got {})", type_name(body)));
+
+  CompletionRequest out;
+  out.endpoint = endpoint;
+  if (const json* model = field(body, "model"); model && !model->is_string()) wrong_type("model", "a string", *model);
+  reject_unsupported(body);
+
+  if (endpoint == Endpoint::Chat) {
+    out.messages = parse_messages(body);
+    if (const json* kw = field(body, "chat_template_kwargs")) {
+      if (!kw->is_object()) wrong_type("chat_template_kwargs", "an object", *kw);
+      if (const json* think = field(*kw, "enable_thinking")) {
+        if (!think->is_boolean()) wrong_type("chat_template_kwargs.enable_thinking", "a boolean", *think);
+        out.enable_thinking = think->get<bool>();
+      }
+    }
+  } else {
+    parse_prompt(body, out);
+  }
+
+  out.stream = get_bool(body, "stream").value_or(false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) wrong_type("stream_options", "an object", *so);
+    out.include_usage = get_bool(*so, "include_usage").value_or(false);
+  }
+
+  // max_completion_tokens replaced max_tokens in OpenAI's chat API; either is accepted.
+  const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (const auto m = get_integer(body, max_name)) {
+    if (*m < 1 || *m > std::numeric_limits<int>::max())
+      throw invalid_request(fmt::format("'{}' must be a positive integer (got {})", max_name, *m), max_name);
+    out.max_tokens = int(*m);
+  }
+  if (const auto t = get_number(body, "temperature"))
+    out.temperature = in_range("temperature", *t, 0.0, 100.0, false, "[0, 100] (0: greedy)");
+  if (const auto p = get_number(body, "top_p")) out.top_p = in_range("top_p", *p, 0.0, 1.0, true, "(0, 1]");
+  if (const auto p = get_number(body, "min_p")) out.min_p = in_range("min_p", *p, 0.0, 1.0, false, "[0, 1]");
+  if (const auto k = get_integer(body, "top_k")) {
+    if (*k < 0 || *k > std::numeric_limits<int>::max())
+      throw invalid_request(fmt::format("'top_k' must be a non-negative integer, 0 for no limit (got {})", *k), "top_k");
+    out.top_k = int(*k);
+  }
+  if (const json* s = field(body, "seed")) {
+    if (s->is_number_unsigned()) out.seed = s->get<uint64_t>();
+    else if (s->is_number_integer()) out.seed = uint64_t(s->get<int64_t>());  // negative seeds wrap: still a fixed seed
+    else wrong_type("seed", "an integer", *s);
+  }
+  parse_stop(body, limits, out);
+  return out;
+}
+
+}  // namespace mk::server

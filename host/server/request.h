@@ -1,0 +1,45 @@
+// OpenAI request bodies -> what the server generates. Validation only: no engine, no tokenizer, so it is
+// tested on its own (tests/test_server_units.cpp). Every rejection is an ApiError (400) naming the field.
+//
+// Unknown fields are ignored, as OpenAI does. Fields that OpenAI knows but this server cannot honour
+// (n > 1, logprobs, tools, penalties, ...) are rejected rather than silently ignored: a client relying on
+// them would otherwise get a different kind of answer than it asked for.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/chat_template.h"
+
+namespace mk::server {
+
+enum class Endpoint { Chat, Completion };  // /v1/chat/completions, /v1/completions
+
+struct Limits {
+  size_t max_stop_strings = 16;
+  size_t max_stop_bytes = 256;  // per stop string
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::Chat;
+  std::vector<ChatMessage> messages;        // Chat: rendered with the model's chat template
+  std::optional<bool> enable_thinking;      // Chat: chat_template_kwargs.enable_thinking (Qwen3)
+  std::string prompt;                       // Completion, given as text
+  std::optional<std::vector<int32_t>> prompt_tokens;  // Completion, given as token ids
+  bool stream = false;
+  bool include_usage = false;               // stream_options.include_usage: a last chunk with the usage
+  std::optional<int> max_tokens;            // max_completion_tokens, else max_tokens; unset: server default
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+};
+
+// Parses and checks a request body. Throws ApiError: 400 for malformed JSON, wrong types, values out of
+// range and unsupported options.
+CompletionRequest parse_request(Endpoint endpoint, std::string_view body, const Limits& limits = {});
+
+}  // namespace mk::server

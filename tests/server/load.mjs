@@ -1,0 +1,180 @@
+// A bounded load test on loopback (ctest server_load): 8 concurrent clients send 200 requests to one
+// mk-server with a short queue: streamed and not, some aborted by the client mid-way, some with prompts
+// longer than the context. Every request must end in exactly one of: a complete answer (one finish
+// reason, one [DONE] for a stream), 400 for the over-long ones, 429 (queue full), or the client's own
+// abort; no response id may appear twice; the server's counters must agree with what the clients saw;
+// and the server's resident memory must stay flat from the first quarter of the run to the end.
+//   node load.mjs --server MK_SERVER --run MK_RUN --make-model MK_TINY_CHAT_MODEL [--work DIR]
+import assert from "node:assert/strict";
+import path from "node:path";
+import { parseArgs, test, run, Server, makeModel, sleep } from "./common.mjs";
+
+const args = parseArgs();
+const CLIENTS = 8, REQUESTS = 200, QUEUE = 3, CONTEXT = 256;
+const RSS_GROWTH_LIMIT_KIB = 4096;
+const modelDir = makeModel(args["make-model"], path.join(args.work, "model"));
+const server = await Server.start(args.server, modelDir, ["-c", String(CONTEXT), "--queue", String(QUEUE), "--temp", "0.8", "-q"]);
+
+// A fixed mix, shuffled with a fixed seed: the run is the same every time (up to timing).
+let seed = 12345;
+const random = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648);
+const kinds = [];
+for (let i = 0; i < REQUESTS; i++) {
+  const r = i % 20;
+  kinds.push(r < 3 ? "too-long" : r < 6 ? "abort-stream" : r < 8 ? "abort-wait" : r < 14 ? "stream" : "plain");
+}
+for (let i = kinds.length - 1; i > 0; i--) {
+  const j = Math.floor(random() * (i + 1));
+  [kinds[i], kinds[j]] = [kinds[j], kinds[i]];
+}
+
+async function send(i, kind) {
+  const endpoint = i % 2 ? "chat/completions" : "completions";
+  const stream = kind === "stream" || kind === "abort-stream";
+  const max_tokens = kind.startsWith("abort") ? 2000 : 8 + (i * 37) % 120;
+  const text = kind === "too-long" ? "word ".repeat(CONTEXT) : `request ${i} says hello`;
+  const body = { max_tokens, stream, seed: i, ...(stream ? { stream_options: { include_usage: true } } : {}),
+                 ...(endpoint === "completions" ? { prompt: text } : { messages: [{ role: "user", content: text }] }) };
+  const controller = new AbortController();
+  const result = { i, kind, endpoint, ids: [], done: 0, finishes: [], aborted: false };
+  if (kind === "abort-wait") setTimeout(() => controller.abort(), 1 + (i * 7) % 30);
+  try {
+    const r = await fetch(`${server.url}/v1/${endpoint}`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal: controller.signal,
+    });
+    result.status = r.status;
+    if (r.status !== 200 || !stream) {
+      result.body = await r.json();
+      if (r.status === 200) {
+        result.ids.push(result.body.id);
+        result.finishes.push(result.body.choices[0].finish_reason);
+        result.usage = result.body.usage;
+      }
+      return result;
+    }
+    const reader = r.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      for (let at; (at = buffer.indexOf("\n\n")) >= 0;) {
+        const event = buffer.slice(0, at);
+        buffer = buffer.slice(at + 2);
+        assert.ok(event.startsWith("data: "), `not an SSE data line: ${event}`);
+        const data = event.slice(6);
+        if (data === "[DONE]") {
+          result.done++;
+          continue;
+        }
+        const chunk = JSON.parse(data);
+        assert.ok(!chunk.error, `an error event: ${data}`);
+        if (!result.ids.includes(chunk.id)) result.ids.push(chunk.id);
+        for (const c of chunk.choices) if (c.finish_reason) result.finishes.push(c.finish_reason);
+        if (chunk.usage) result.usage = chunk.usage;
+      }
+      if (kind === "abort-stream" && result.ids.length) controller.abort();
+    }
+    assert.equal(buffer, "", "the stream ended in the middle of an event");
+  } catch (e) {
+    if (e.name !== "AbortError" || !kind.startsWith("abort")) throw e;
+    result.aborted = true;
+  }
+  return result;
+}
+
+const results = [];
+const rss = [];
+test(`${CLIENTS} clients send ${REQUESTS} requests; each ends exactly once`, async () => {
+  let next = 0;
+  const t0 = Date.now();
+  await Promise.all(Array.from({ length: CLIENTS }, async () => {
+    while (next < REQUESTS) {
+      const i = next++;
+      results[i] = await send(i, kinds[i]);
+      if (results[i].status === 429) await sleep(20);  // as a client honouring Retry-After would, briefly
+      if (i % 25 === 24) rss.push({ after: i + 1, kib: server.rssKiB() });
+    }
+  }));
+  const seconds = (Date.now() - t0) / 1000;
+  const count = (f) => results.filter(f).length;
+  const ok = count((r) => r.status === 200 && !r.aborted), busy = count((r) => r.status === 429);
+  const aborted = count((r) => r.aborted), tooLong = count((r) => r.status === 400);
+  console.log(`  ${REQUESTS} requests in ${seconds.toFixed(1)} s: ${ok} answered, ${busy} refused with 429, ` +
+              `${aborted} aborted by the client, ${tooLong} too long (400)`);
+
+  assert.equal(results.filter(Boolean).length, REQUESTS, "a request has no result");
+  const ids = new Map();
+  for (const r of results) {
+    const what = `request ${r.i} (${r.kind}, ${r.endpoint}): ${JSON.stringify(r.body ?? r.finishes)}`;
+    if (r.kind === "too-long") {
+      assert.equal(r.status, 400, what);
+      assert.equal(r.body.error.code, "context_length_exceeded", what);
+      continue;
+    }
+    if (r.status === 429) {
+      assert.equal(r.body.error.code, "queue_full", what);
+      continue;
+    }
+    if (r.aborted) continue;
+    assert.equal(r.status, 200, what);
+    assert.equal(r.ids.length, 1, `${what}: ids ${r.ids}`);
+    assert.equal(r.finishes.length, 1, `${what}: finish reasons ${r.finishes}`);
+    assert.ok(["stop", "length"].includes(r.finishes[0]), what);
+    if (r.kind === "stream") assert.equal(r.done, 1, `${what}: ${r.done} [DONE]`);
+    assert.ok(r.usage.completion_tokens >= 1, what);
+    for (const id of r.ids) {
+      assert.ok(!ids.has(id), `response id ${id} answered requests ${ids.get(id)} and ${r.i}`);
+      ids.set(id, r.i);
+    }
+  }
+  assert.ok(busy > 0, "no request was refused with 429: the queue limit was not exercised");
+  assert.ok(aborted > 0, "no request was aborted");
+});
+
+test("the server's counters agree with the clients", async () => {
+  // Wait for the aborted requests' cancellations to land.
+  let m;
+  for (let tries = 0; tries < 100; tries++) {
+    m = await server.metrics();
+    if (m.mk_generating === 0 && m.mk_queue_length === 0) break;
+    await sleep(50);
+  }
+  assert.equal(m.mk_generating, 0);
+  assert.equal(m.mk_queue_length, 0);
+  const sum = (prefix) => Object.entries(m).filter(([k]) => k.startsWith(prefix)).reduce((a, [, v]) => a + v, 0);
+  const http = (p, status) => m[`mk_http_requests_total{path="${p}",status="${status}"}`] ?? 0;
+  const both = (status) => http("/v1/completions", status) + http("/v1/chat/completions", status);
+  // What the clients saw is what the server answered; a request the client aborted may have been
+  // answered (200 or 429) before the abort, or not seen at all if it was aborted while being sent.
+  const seen = (status) => results.filter((r) => r.status === status && !r.aborted).length;
+  const aborted = results.filter((r) => r.aborted).length;
+  assert.equal(both(400), seen(400));
+  const extra200 = both(200) - seen(200), extra429 = both(429) - seen(429);
+  assert.ok(extra200 >= 0 && extra429 >= 0 && extra200 + extra429 <= aborted,
+            `server: ${both(200)} x 200, ${both(429)} x 429; clients: ${seen(200)} x 200, ${seen(429)} x 429, ${aborted} aborted`);
+  // Every request the server admitted (200) ended in exactly one generation record.
+  assert.equal(sum("mk_generations_total{"), both(200));
+  const cancelled = sum('mk_generations_total{endpoint="chat",finish_reason="cancelled"}') +
+                    sum('mk_generations_total{endpoint="completion",finish_reason="cancelled"}');
+  assert.ok(cancelled <= aborted && cancelled > 0, `${cancelled} generations cancelled for ${aborted} aborted requests`);
+});
+
+test(`resident memory stays flat (growth under ${RSS_GROWTH_LIMIT_KIB} KiB after the first quarter)`, () => {
+  console.log(`  RSS (KiB) after n requests: ${rss.map((s) => `${s.after}: ${s.kib}`).join(", ")}`);
+  const warm = rss.find((s) => s.after >= REQUESTS / 4), last = rss[rss.length - 1];
+  assert.ok(warm && last.after > warm.after);
+  assert.ok(last.kib - warm.kib < RSS_GROWTH_LIMIT_KIB, `RSS grew ${last.kib - warm.kib} KiB from ${warm.after} to ${last.after} requests`);
+});
+
+test("the server answers after the load and stops cleanly", async () => {
+  const r = await fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: "after", max_tokens: 2 }) });
+  assert.equal(r.status, 200);
+  const status = await server.stop();
+  assert.equal(status.code, 0, `exit ${JSON.stringify(status)}\n${server.log}`);
+});
+
+await run(async () => {
+  if (server.alive()) await server.stop();
+});

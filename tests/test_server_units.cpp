@@ -1,0 +1,418 @@
+// mk-server's pieces on their own (host/server): request validation, stop strings over streamed text,
+// the response shapes, the metrics text, and the generation queue on the CPU emulator with the tiny chat
+// model. The HTTP side is tested against the real binary: tests/server/ (node's openai client, curl, load).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <thread>
+
+#include "host/engine/engine.h"
+#include "host/server/api_error.h"
+#include "host/server/metrics.h"
+#include "host/server/openai_json.h"
+#include "host/server/request.h"
+#include "host/server/scheduler.h"
+#include "host/server/stop_filter.h"
+#include "tests/helpers/tiny_chat_model.h"
+
+namespace mk::server {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------------------------------
+// Requests
+
+ApiError rejection(Endpoint e, const std::string& body) {
+  try {
+    parse_request(e, body);
+  } catch (const ApiError& error) {
+    return error;
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return ApiError(0, "", "");
+}
+
+TEST(ServerRequest, ReadsEveryFieldOfAChatRequest) {
+  const auto r = parse_request(Endpoint::Chat, R"({
+    "model": "anything", "messages": [{"role": "developer", "content": "Be brief."},
+                                      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+                                      {"role": "assistant", "content": "Hello", "tool_calls": []},
+                                      {"role": "user", "content": "More", "name": "bob"}],
+    "max_tokens": 5, "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 3, "min_p": 0.1,
+    "seed": -1, "stop": ["\n\n", "END"], "stream": true, "stream_options": {"include_usage": true},
+    "n": 1, "logprobs": false, "frequency_penalty": 0, "user": "u", "some_future_field": {"x": [1]},
+    "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");  // "developer" is OpenAI's newer name for it
+  EXPECT_EQ(r.messages[1].content, "Hi there");
+  EXPECT_EQ(r.max_tokens, 7);               // max_completion_tokens wins
+  EXPECT_FLOAT_EQ(*r.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(*r.top_p, 0.9f);
+  EXPECT_EQ(r.top_k, 3);
+  EXPECT_FLOAT_EQ(*r.min_p, 0.1f);
+  EXPECT_EQ(r.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_THAT(r.stop, ::testing::ElementsAre("\n\n", "END"));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(r.enable_thinking, false);
+}
+
+TEST(ServerRequest, AbsentAndNullFieldsAreUnset) {
+  const auto r = parse_request(Endpoint::Completion, R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null})");
+  EXPECT_EQ(r.prompt, "x");
+  EXPECT_FALSE(r.max_tokens || r.temperature || r.top_p || r.top_k || r.min_p || r.seed);
+  EXPECT_TRUE(r.stop.empty());
+  EXPECT_FALSE(r.stream);
+}
+
+TEST(ServerRequest, PromptsAsTextTokenIdsOrABatchOfOne) {
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": ["one"]})").prompt, "one");
+  EXPECT_EQ(*parse_request(Endpoint::Completion, R"({"prompt": [1, 2, 3]})").prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(*parse_request(Endpoint::Completion, R"({"prompt": [[4, 5]]})").prompt_tokens, (std::vector<int32_t>{4, 5}));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": ["a", "b"]})").what(), HasSubstr("only one is supported"));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": [1, -2]})").what(), HasSubstr("'prompt[1]' must be a token id"));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": 5})").what(), HasSubstr("'prompt' must be a string or an array"));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({})").what(), HasSubstr("'prompt' is required"));
+}
+
+TEST(ServerRequest, MalformedBodiesNameTheProblem) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{", "not valid JSON"},
+      {"", "not valid JSON"},
+      {R"({"a": 1e999})", "not valid JSON"},  // nlohmann's out_of_range, not a parse_error
+      {"\"text\"", "must be a JSON object (got a string)"},
+      {"[1]", "must be a JSON object (got an array)"},
+      {R"({"messages": "hi"})", "'messages' must be an array (got a string)"},
+      {R"({"messages": []})", "'messages' is empty"},
+      {R"({"messages": [7]})", "'messages[0]' must be an object (got an integer)"},
+      {R"({"messages": [{"content": "x"}]})", "'messages[0].role' must be a string"},
+      {R"({"messages": [{"role": "wizard", "content": "x"}]})", "'messages[0].role' is \"wizard\""},
+      {R"({"messages": [{"role": "user"}]})", "'messages[0].content' is required"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "'messages[0].content' must be a string or an array of text parts"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
+       "'messages[0].content[0]' is a \"image_url\" part; only \"text\" parts are supported"},
+      {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{}]}]})", "tool calls are not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "model": 3})", "'model' must be a string"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "'temperature' must be a number (got a string)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", "'temperature' must be in [0, 100]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "'top_p' must be in (0, 1]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "min_p": 2})", "'min_p' must be in [0, 1]"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_k": 2.5})", "'top_k' must be an integer (got a number with a fraction)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_k": -1})", "'top_k' must be a non-negative integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "'max_tokens' must be a positive integer (got 0)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5000000000})",
+       "'max_completion_tokens' must be a positive integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})", "'max_tokens' must be an integer (got a string)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", "'seed' must be an integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "'stream' must be a boolean (got a string)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": 1})", "'stream_options' must be an object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": 1})", "'stop' must be a string or an array of strings"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", 2]})", "'stop[1]' must be a string"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "empty string"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "'n' must be 1"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "n": "1"})", "'n' must be an integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "'logprobs' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "'tools' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "'response_format'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})", "'presence_penalty' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 1}})", "'logit_bias' is not supported"},
+  };
+  for (const auto& [body, expected] : cases) {
+    const ApiError e = rejection(Endpoint::Chat, body);
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(e.type(), "invalid_request_error") << body;
+    EXPECT_THAT(e.what(), HasSubstr(expected)) << body;
+  }
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "echo": true})").what(), HasSubstr("'echo' is not supported"));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "best_of": 3})").what(), HasSubstr("'best_of' must be 1"));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "suffix": "y"})").what(), HasSubstr("'suffix' is not supported"));
+  Limits limits;
+  limits.max_stop_strings = 2;
+  try {
+    parse_request(Endpoint::Completion, R"({"prompt": "x", "stop": ["a", "b", "c"]})", limits);
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'stop' has 3 strings; at most 2"));
+    EXPECT_EQ(e.param(), "stop");
+  }
+}
+
+TEST(ServerRequest, DeeplyNestedJsonIsAnErrorNotACrash) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THAT(rejection(Endpoint::Chat, deep).what(), HasSubstr("must be a JSON object"));
+  const std::string deep_field = R"({"messages": )" + deep + "}";
+  EXPECT_THAT(rejection(Endpoint::Chat, deep_field).what(), HasSubstr("'messages[0]' must be an object"));
+}
+
+TEST(ServerRequest, ErrorsComeInOpenAIsForm) {
+  const json j = invalid_request("bad", "top_k").to_json();
+  EXPECT_EQ(j, json::parse(R"({"error": {"message": "bad", "type": "invalid_request_error", "param": "top_k", "code": null}})"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Stop strings
+
+// Feeds `pieces` through a filter; returns what was released in total.
+std::string filtered(const std::vector<std::string>& stops, const std::vector<std::string>& pieces, bool* stopped = nullptr) {
+  StopFilter f(stops);
+  std::string out;
+  for (const auto& p : pieces) out += f.push(p);
+  out += f.finish();
+  if (stopped) *stopped = f.stopped();
+  return out;
+}
+
+TEST(ServerStopFilter, HoldsBackWhatCouldBeTheStartOfAStopString) {
+  StopFilter f({"<END>", "\n\n"});
+  EXPECT_EQ(f.push("Hello <E"), "Hello ");
+  EXPECT_EQ(f.push("N"), "");
+  EXPECT_EQ(f.push("X more\n"), "<ENX more");  // not a stop string after all
+  EXPECT_EQ(f.push("\nrest"), "");
+  EXPECT_TRUE(f.stopped());
+  EXPECT_EQ(f.push("anything"), "");
+  EXPECT_EQ(f.finish(), "");
+}
+
+TEST(ServerStopFilter, TheEarliestStopStringWinsAndTheTailIsReleasedAtTheEnd) {
+  bool stopped = false;
+  EXPECT_EQ(filtered({"cd", "bcde"}, {"ab", "cdef"}, &stopped), "a");  // "bcde" starts before "cd"
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(filtered({"bcde", "cd"}, {"abc", "d"}, &stopped), "ab");  // "bcde" never completes
+  EXPECT_EQ(filtered({"xyz"}, {"abx", "y"}, &stopped), "abxy");
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(filtered({"\xC3\xA9t\xC3\xA9"}, {"caf\xC3\xA9", " \xC3\xA9t", "\xC3\xA9 fin"}, &stopped), "caf\xC3\xA9 ");
+  EXPECT_EQ(filtered({}, {"a", "b"}, &stopped), "ab");
+}
+
+// For random texts split at random places: the released text is always a prefix of the text cut before
+// the first stop string, and at the end it is all of it; nothing of a stop string is ever released.
+TEST(ServerStopFilter, RandomSplitsNeverReleasePartOfAStopString) {
+  std::mt19937 rng(5);
+  const std::vector<std::string> stops = {"abc", "ba", "cc"};
+  for (int round = 0; round < 2000; ++round) {
+    std::string text;
+    const int n = std::uniform_int_distribution<int>(0, 30)(rng);
+    for (int i = 0; i < n; ++i) text += "abcd"[std::uniform_int_distribution<int>(0, 3)(rng)];
+    size_t cut = std::string::npos;
+    for (const auto& s : stops) cut = std::min(cut, text.find(s));
+    const std::string expected = text.substr(0, cut);
+    StopFilter f(stops);
+    std::string released;
+    for (size_t at = 0; at < text.size();) {
+      const size_t len = std::uniform_int_distribution<size_t>(1, 4)(rng);
+      released += f.push(text.substr(at, len));
+      at += len;
+      ASSERT_TRUE(expected.starts_with(released)) << text << " released " << released;
+    }
+    released += f.finish();
+    EXPECT_EQ(released, expected) << text;
+    EXPECT_EQ(f.stopped(), cut != std::string::npos);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Response shapes and metrics
+
+TEST(ServerJson, ChunksAndResponsesHaveOpenAIsShape) {
+  ResponseIds ids{Endpoint::Chat, "chatcmpl-1", 1700000000, "m"};
+  JobOutcome o;
+  o.finish_reason = "stop";
+  o.prompt_tokens = 10;
+  o.cached_tokens = 4;
+  o.completion_tokens = 3;
+  const json first = text_chunk(ids, "Hi", true, false);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], json::parse(R"({"role": "assistant", "content": "Hi"})"));
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(first.contains("usage"));
+  EXPECT_EQ(text_chunk(ids, "x", false, true)["choices"][0]["delta"], json::parse(R"({"content": "x"})"));
+  EXPECT_TRUE(text_chunk(ids, "x", false, true)["usage"].is_null());
+  const json fin = finish_chunk(ids, o, false);
+  EXPECT_EQ(fin["choices"][0]["delta"], json::object());
+  EXPECT_EQ(fin["choices"][0]["finish_reason"], "stop");
+  const json usage = usage_chunk(ids, o);
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"], json::parse(R"({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
+                                             "prompt_tokens_details": {"cached_tokens": 4}})"));
+  const json full = full_response(ids, "Hello", o);
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(full["usage"]["total_tokens"], 13);
+
+  ids.endpoint = Endpoint::Completion;
+  EXPECT_EQ(text_chunk(ids, "t", true, false)["choices"][0]["text"], "t");
+  EXPECT_EQ(full_response(ids, "t", o)["object"], "text_completion");
+  EXPECT_EQ(full_response(ids, "t", o)["choices"][0]["text"], "t");
+  EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  EXPECT_EQ(dump(json("\xFF")), "\"\xEF\xBF\xBD\"");  // invalid UTF-8 is replaced, not an exception
+}
+
+TEST(ServerMetrics, PrometheusTextWithCountsHistogramsAndEscapedLabels) {
+  Metrics m;
+  m.count_http("/v1/completions", 200);
+  m.count_http("/v1/completions", 200);
+  m.count_http("other", 404);
+  GenerationRecord g;
+  g.endpoint = "chat";
+  g.finish_reason = "stop";
+  g.prompt_tokens = 10;
+  g.cached_tokens = 6;
+  g.completion_tokens = 5;
+  g.has_first_token = true;
+  g.first_token_seconds = 0.003;
+  g.queue_seconds = 0.0005;
+  g.decode_tokens = 4;
+  g.decode_seconds = 0.5;
+  m.record(g);
+  const std::string text = m.render({2, 16, true}, "my \"model\"\\", "emu");
+  EXPECT_THAT(text, HasSubstr("mk_http_requests_total{path=\"/v1/completions\",status=\"200\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("mk_http_requests_total{path=\"other\",status=\"404\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("mk_generations_total{endpoint=\"chat\",finish_reason=\"stop\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("mk_prompt_cached_tokens_total 6\n"));
+  EXPECT_THAT(text, HasSubstr("mk_decode_tokens_per_second 8\n"));
+  EXPECT_THAT(text, HasSubstr("mk_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("mk_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("mk_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("mk_time_to_first_token_seconds_count 1\n"));
+  EXPECT_THAT(text, HasSubstr("mk_queue_length 2\n"));
+  EXPECT_THAT(text, HasSubstr("mk_generating 1\n"));
+  EXPECT_THAT(text, HasSubstr("mk_info{model=\"my \\\"model\\\"\\\\\",backend=\"emu\"} 1\n"));
+  // Every line is a comment or "name{labels} value".
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    EXPECT_THAT(line, ::testing::MatchesRegex(R"(# (HELP|TYPE) .*|[a-z_]+(\{.*\})? [-+0-9.e]+|[a-z_]+\{.*\} \+?Inf)")) << line;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The generation queue, on the emulator
+
+class ServerScheduler : public ::testing::Test {
+ protected:
+  static Engine& engine() {
+    static const test::ScopedTinyChatModel model("server-units");
+    static const std::unique_ptr<Engine> e = [] {
+      EngineOptions o;
+      o.backend = BackendChoice::Emulator;
+      o.context = 4096;
+      return Engine::open(model.dir, o);
+    }();
+    return *e;
+  }
+
+  void SetUp() override {
+    session_ = engine().create_session();
+    scheduler_ = std::make_unique<Scheduler>(*session_, engine().tokenizer(), 2, metrics_);
+  }
+  void TearDown() override { scheduler_.reset(); }
+
+  static std::shared_ptr<Job> job(const std::string& prompt, int max_tokens, std::vector<std::string> stop = {}) {
+    auto j = std::make_shared<Job>();
+    j->endpoint = Endpoint::Completion;
+    j->prompt = engine().tokenizer().encode(prompt, true);
+    j->params.max_tokens = max_tokens;
+    j->stop = std::move(stop);
+    return j;
+  }
+
+  // Everything the job releases, until it is done.
+  static std::string drain(Job& j) {
+    std::string text;
+    for (;;) {
+      auto u = j.wait(std::chrono::milliseconds(100));
+      text += u.text;
+      if (u.done) return text;
+    }
+  }
+
+  Metrics metrics_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(ServerScheduler, RunsJobsInOrderAndReleasesTheirText) {
+  auto a = job("first", 6), b = job("second", 4);
+  ASSERT_EQ(scheduler_->submit(a), Scheduler::Admission::Queued);
+  ASSERT_EQ(scheduler_->submit(b), Scheduler::Admission::Queued);
+  const std::string ta = drain(*a), tb = drain(*b);
+  const JobOutcome oa = a->outcome(), ob = b->outcome();
+  EXPECT_EQ(oa.finish_reason, "length");
+  EXPECT_EQ(oa.completion_tokens, 6);
+  EXPECT_EQ(ob.completion_tokens, 4);
+  EXPECT_EQ(oa.prompt_tokens, int(a->prompt.size()));
+  EXPECT_GE(ob.queue_seconds, oa.queue_seconds);
+  // The same text as the engine gives for the prompt on a fresh session.
+  auto fresh = engine().create_session();
+  EXPECT_EQ(ta, engine().tokenizer().decode(fresh->complete(a->prompt, a->params, {}).tokens));
+  EXPECT_EQ(tb, engine().tokenizer().decode(fresh->complete(b->prompt, b->params, {}).tokens));
+}
+
+TEST_F(ServerScheduler, AStopStringEndsTheReplyBeforeIt) {
+  // Find a stop string in what the model says, then ask again with it.
+  auto probe = job("Tell me", 40);
+  scheduler_->submit(probe);
+  const std::string full = drain(*probe);
+  ASSERT_GE(full.size(), 20u);
+  const std::string stop = full.substr(10, 3);
+  const size_t at = full.find(stop);
+  auto j = job("Tell me", 40, {stop});
+  scheduler_->submit(j);
+  EXPECT_EQ(drain(*j), full.substr(0, at));
+  const JobOutcome o = j->outcome();
+  EXPECT_EQ(o.finish_reason, "stop");
+  EXPECT_LT(o.completion_tokens, 40);
+  EXPECT_EQ(o.cached_tokens, int(j->prompt.size()) - 1);  // the same prompt again: all but its last token
+}
+
+TEST_F(ServerScheduler, AFullQueueRefusesAndCancelledJobsLeaveIt) {
+  auto running = job("long", 100000);
+  ASSERT_EQ(scheduler_->submit(running), Scheduler::Admission::Queued);
+  while (!running->started()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto w1 = job("one", 3), w2 = job("two", 3), w3 = job("three", 3);
+  EXPECT_EQ(scheduler_->submit(w1), Scheduler::Admission::Queued);
+  EXPECT_EQ(scheduler_->submit(w2), Scheduler::Admission::Queued);
+  EXPECT_EQ(scheduler_->submit(w3), Scheduler::Admission::QueueFull);  // capacity 2
+  EXPECT_EQ(scheduler_->state().waiting, 2u);
+  EXPECT_TRUE(scheduler_->state().generating);
+
+  scheduler_->cancel(w1);  // waiting: leaves the queue at once
+  EXPECT_TRUE(w1->wait(std::chrono::milliseconds(0)).done);
+  EXPECT_EQ(w1->outcome().finish_reason, "cancelled");
+  EXPECT_EQ(scheduler_->state().waiting, 1u);
+  EXPECT_EQ(scheduler_->submit(w3), Scheduler::Admission::Queued);
+
+  scheduler_->cancel(running);  // running: stops at the next token
+  drain(*running);
+  EXPECT_EQ(running->outcome().finish_reason, "cancelled");
+  EXPECT_LT(running->outcome().completion_tokens, 4000);
+  drain(*w2);
+  drain(*w3);
+  EXPECT_EQ(w2->outcome().finish_reason, "length");
+  EXPECT_EQ(w3->outcome().finish_reason, "length");
+  scheduler_->cancel(w2);  // finished: nothing happens
+  EXPECT_EQ(w2->outcome().finish_reason, "length");
+  EXPECT_THAT(metrics_.render(scheduler_->state(), "m", "b"),
+              HasSubstr("mk_generations_total{endpoint=\"completion\",finish_reason=\"cancelled\"} 2\n"));
+}
+
+TEST_F(ServerScheduler, StoppingEndsEveryJobAndRefusesNewOnes) {
+  auto running = job("long", 100000), waiting = job("next", 3);
+  scheduler_->submit(running);
+  scheduler_->submit(waiting);
+  while (!running->started()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  scheduler_->stop();
+  EXPECT_TRUE(running->wait(std::chrono::milliseconds(0)).done);
+  EXPECT_TRUE(waiting->wait(std::chrono::milliseconds(0)).done);
+  EXPECT_EQ(running->outcome().finish_reason, "cancelled");
+  EXPECT_EQ(waiting->outcome().finish_reason, "cancelled");
+  EXPECT_EQ(scheduler_->submit(job("late", 1)), Scheduler::Admission::Stopping);
+  scheduler_->stop();  // twice is fine
+}
+
+}  // namespace
+}  // namespace mk::server
