@@ -11,6 +11,7 @@
 
 #include "host/emulator/dependency_checker.h"
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "runtime/rope.h"
 #include "runtime/schedule_diagnostics.h"
 #include "runtime/weight_layout.h"
@@ -82,6 +83,7 @@ struct Emulator::Impl {
     if (cfg.sliding_window > 0 && opt.context > cfg.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
     layout = plan_weight_layout(cfg, matrix_dtype_for(model));
+    check_memory();
     weights = pack_weights_to_host(model, layout);
     rope = rope_table(cfg, opt.context);
     const size_t hd = size_t(cfg.head_dim), S = size_t(schedule.attention_splits);
@@ -99,6 +101,23 @@ struct Emulator::Impl {
     k_cache.cell = hd;
     v_cache.data = k_cache.data;
     v_cache.cell = hd;
+  }
+
+  // The KV cache, the RoPE table and the per-launch buffers grow with the context: a context the machine
+  // cannot hold is refused here, before anything is allocated (a vector that large either throws
+  // bad_alloc or, with overcommit, gets the process OOM-killed as it fills).
+  void check_memory() const {
+    const uint64_t ctx = uint64_t(opt.context), hd = uint64_t(cfg.head_dim);
+    const uint64_t cache_rows = uint64_t(cfg.num_layers) * uint64_t(cfg.num_kv_heads) * ctx;
+    std::vector<MemoryNeed> needs = {
+        {fmt::format("KV cache for {} tokens", opt.context), 2 * cache_rows * hd * sizeof(uint16_t)},
+        {"RoPE table", ctx * hd * sizeof(float)},
+        {"token and stop buffers", (ctx + 1) * sizeof(int32_t) + ctx},
+        {"weights", layout.total_bytes}};
+    if (opt.check_dependencies)  // its bookkeeping per cache row and token, at the least
+      needs.push_back({"dependency checker", (2 * cache_rows + 2 * ctx) * emu::DependencyChecker::cell_bytes()});
+    check_host_memory(fmt::format("the CPU emulator with a context of {} tokens", opt.context), needs,
+                      available_host_memory(), "lower the context size (-c)");
   }
 
   // ---- accessors that report to the dependency checker ----
@@ -303,6 +322,8 @@ struct Emulator::Impl {
   void op_sample(const Ctx& c, uint32_t step) {
     StopReason stop = StopReason::None;
     if (int(step) + 1 >= run.ingest && run.max_new > 0) {
+      const float* l = read(c, logits, 0, logits.data.size());
+      check_finite(l, step);
       int32_t token;
       if (run.sampling.greedy()) {  // reduce the lm_head blocks' partial argmax (ties: lowest id)
         const float* v = read(c, lm_best_value, 0, lm_best_value.data.size());
@@ -312,14 +333,9 @@ struct Emulator::Impl {
           if (v[i] > v[best] || (v[i] == v[best] && id[i] < id[best])) best = i;
         token = id[best];
       } else {
-        const float* l = read(c, logits, 0, logits.data.size());
-        token = sample_token(std::vector<float>(l, l + logits.data.size()), run.sampling,
-                             uint64_t(run.start) + step);
+        token = sample_token(std::vector<float>(l, l + logits.data.size()), run.sampling, uint64_t(run.start) + step);
       }
-      if (opt.record_logits) {
-        const float* l = read(c, logits, 0, logits.data.size());
-        recorded.emplace_back(l, l + logits.data.size());
-      }
+      if (opt.record_logits) recorded.emplace_back(l, l + logits.data.size());
       auto& r = run.result;
       if (r.tokens.empty())
         r.stats.first_token_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.t0).count();
@@ -338,6 +354,21 @@ struct Emulator::Impl {
     }
     *write(c, stop_at, step, step + 1) = stop != StopReason::None;
     if (stop != StopReason::None) run.result.stop = stop;
+  }
+
+  // Non-finite logits (NaN from a NaN or overflow anywhere upstream) would make greedy decoding emit token 0
+  // forever and sampling pick garbage; stop and say where instead.
+  void check_finite(const float* l, uint32_t step) const {
+    const size_t n = logits.data.size();
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(l[i])) {
+        if (bad++ == 0) first = i;
+      }
+    if (bad == 0) return;
+    fail("emulator: the logits are not finite at position {} (reply token {}): {} of {} are NaN or infinite, the "
+         "first for token {} ({}); the model's weights or activations overflow",
+         run.start + int(step), run.result.tokens.size() + 1, bad, n, first, l[first]);
   }
 
   void execute(const Instr& in, const Ctx& c, uint32_t step) {
@@ -457,8 +488,7 @@ struct Emulator::Impl {
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) {
     const auto input = tokens_to_ingest(req.input, pending, position, opt.context, cfg.vocab_size);
     if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
-    if (!req.sampling.greedy() && !(req.sampling.top_p > 0.f && req.sampling.top_p <= 1.f))
-      fail("generate: top_p must be in (0, 1] (got {})", req.sampling.top_p);
+    validate_sampling(req.sampling);
     cancel_flag = false;
     recorded.clear();
     run = Launch{};
