@@ -12,11 +12,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <limits>
+#include <new>
 #include <optional>
 #include <random>
 #include <string>
 
 #include "host/engine/engine.h"
+#include "host/tools/cli_checks.h"
 
 namespace {
 
@@ -232,9 +235,10 @@ int run(int argc, char** argv) {
       ->required();
   app.add_option("--system", system_prompt, "system prompt");
   app.add_option("-p,--prompt", prompt, "answer this prompt, print only the reply and exit");
+  constexpr long long kMaxInt = std::numeric_limits<int>::max();
   app.add_option("-n,--n-predict", params.max_tokens, "tokens per reply at most (-1: until the end of the turn)")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
-  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(mk::cli::int_range(-1, kMaxInt));
+  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(mk::cli::int_range(1, kMaxInt));
   app.add_option("--temp", params.sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", params.sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", params.sampling.top_p, "top-p (1: off)")->capture_default_str();
@@ -242,7 +246,8 @@ int run(int argc, char** argv) {
   auto* seed = app.add_option("--seed", params.sampling.seed, "sampling seed (default: random)");
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   CLI11_PARSE(app, argc, argv);
-  if (params.max_tokens == 0) mk::fail("-n must be positive, or -1 for no limit");
+  if (params.max_tokens == 0) mk::fail("-n 0: must be positive, or -1 for no limit");
+  mk::validate_sampling(params.sampling, mk::kSamplingFlags);
   if (seed->count() == 0) params.sampling.seed = std::random_device{}();
 
   mk::EngineOptions options;
@@ -275,6 +280,9 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const mk::Error& e) {
     fmt::print(stderr, "mk-chat: error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
+    fmt::print(stderr, "mk-chat: error: out of memory\n");
     return 1;
   }
 }
