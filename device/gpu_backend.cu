@@ -17,6 +17,7 @@
 #include "device/monokernel.h"
 #include "device/weights_fill.h"
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "runtime/rope.h"
 #include "runtime/schedule.h"
 #include "runtime/schedule_diagnostics.h"
@@ -45,8 +46,9 @@ struct DeviceBuffer {
       size_t free_b = 0, total_b = 0;
       (void)hipGetLastError();
       (void)hipMemGetInfo(&free_b, &total_b);
-      fail("out of device memory allocating {} ({:.2f} GiB; {:.2f} GiB free of {:.2f}): {}", what, double(bytes) / kGiB,
-           double(free_b) / kGiB, double(total_b) / kGiB, hipGetErrorString(err));
+      throw OutOfMemoryError(fmt::format("out of device memory allocating {} ({:.2f} GiB; {:.2f} GiB free of {:.2f}): {}",
+                                         what, double(bytes) / kGiB, double(free_b) / kGiB, double(total_b) / kGiB,
+                                         hipGetErrorString(err)));
     }
   }
   template <typename T>
@@ -154,8 +156,7 @@ class MonokernelBackend final : public GpuBackend {
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) override {
     const auto input = tokens_to_ingest(req.input, pending_, position_, opt_.context, cfg_.vocab_size);
     if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
-    if (!req.sampling.greedy() && !(req.sampling.top_p > 0.f && req.sampling.top_p <= 1.f))
-      fail("generate: top_p must be in (0, 1] (got {})", req.sampling.top_p);
+    validate_sampling(req.sampling);
     const int max_steps = opt_.context - position_;
     MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data(), input.size() * sizeof(int32_t), hipMemcpyHostToDevice));
     MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));
@@ -265,10 +266,16 @@ class MonokernelBackend final : public GpuBackend {
   void check_memory_budget() const {
     const dev::MemoryNeed need = dev::device_memory_need(cfg_, layout_, schedule_, opt_.context);
     if (need.total() > info_.free_memory)
-      fail("not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, "
-           "other {:.2f} GiB) but {:.2f} GiB is free; lower the context (-c)",
-           info_.name, double(need.total()) / kGiB, double(need.weights) / kGiB, opt_.context, double(need.kv_cache) / kGiB,
-           double(need.other) / kGiB, double(info_.free_memory) / kGiB);
+      throw OutOfMemoryError(fmt::format(
+          "not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, "
+          "other {:.2f} GiB) but {:.2f} GiB is free; lower the context (-c)",
+          info_.name, double(need.total()) / kGiB, double(need.weights) / kGiB, opt_.context, double(need.kv_cache) / kGiB,
+          double(need.other) / kGiB, double(info_.free_memory) / kGiB));
+    // The host holds the RoPE table while uploading it, and the pinned token channel (tokens, times).
+    const size_t rope = size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
+    check_host_memory("the GPU backend", {{"RoPE table (uploaded from the host)", rope},
+                                          {"pinned token channel", (size_t(opt_.context) + 1) * 12}},
+                      available_host_memory(), "lower the context (-c)");
   }
 
   void allocate_and_upload() {

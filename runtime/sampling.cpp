@@ -1,9 +1,29 @@
 #include "runtime/sampling.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
 
+#include "runtime/error.h"
+
 namespace mk {
+
+std::string sampling_error(const SamplingParams& p, const SamplingNames& n) {
+  // Written as !(valid) so that NaN, which fails every comparison, is rejected too.
+  if (!(std::isfinite(p.temperature) && p.temperature >= 0.f))
+    return fmt::format("{} {}: the temperature must be a finite number >= 0 (0: greedy)", n.temperature, p.temperature);
+  if (p.top_k < 0) return fmt::format("{} {}: top-k must be >= 0 (0: off)", n.top_k, p.top_k);
+  if (!(p.top_p > 0.f && p.top_p <= 1.f))
+    return fmt::format("{} {}: top-p must be greater than 0 and at most 1 (1: off)", n.top_p, p.top_p);
+  if (!(p.min_p >= 0.f && p.min_p <= 1.f))
+    return fmt::format("{} {}: min-p must be between 0 and 1 (0: off)", n.min_p, p.min_p);
+  return {};
+}
+
+void validate_sampling(const SamplingParams& params, const SamplingNames& names) {
+  if (std::string e = sampling_error(params, names); !e.empty()) throw Error(e);
+}
 
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& params, uint64_t step) {
   const int vocab = int(logits.size());

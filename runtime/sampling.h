@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "runtime/portability.h"
@@ -35,6 +36,24 @@ struct SamplingParams {
     return k < vocab ? k : vocab;
   }
 };
+
+// What the sampling values are called where they come from, for messages: the C API's field names by
+// default, the command-line flags in the tools.
+struct SamplingNames {
+  const char* temperature = "temperature";
+  const char* top_k = "top_k";
+  const char* top_p = "top_p";
+  const char* min_p = "min_p";
+};
+inline constexpr SamplingNames kSamplingFlags{"--temp", "--top-k", "--top-p", "--min-p"};
+
+// The one validity rule for sampling values, applied the same way by the tools, the C API and both
+// backends, whatever the temperature (a value that only greedy decoding ignores is still a mistake):
+// temperature finite and >= 0, top_k >= 0, top_p in (0, 1], min_p in [0, 1]. Returns what is wrong with
+// the first invalid value, naming it as `names` says; "" when all are valid.
+std::string sampling_error(const SamplingParams& params, const SamplingNames& names = {});
+// Throws mk::Error with sampling_error's message.
+void validate_sampling(const SamplingParams& params, const SamplingNames& names = {});
 
 // Counter-based RNG (splitmix64 finaliser over seed and counter): the same bits on CPU and GPU.
 MK_HD_INLINE uint64_t mix64(uint64_t z) {

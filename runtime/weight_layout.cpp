@@ -1,6 +1,11 @@
 #include "runtime/weight_layout.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "runtime/error.h"
 
@@ -21,25 +26,67 @@ struct Allocator {
   }
 };
 
-// Converts `count` values starting at element `first` of `t` into `dtype`, appending to `out`.
+// Index of the first NaN or infinity among `count` values of `dtype` at `p`, or `count` if there is none.
+// All-ones exponent bits mark both; the scan runs in blocks without a branch per value, which the
+// compiler vectorises, so checking every weight costs little next to reading it.
+size_t first_non_finite(const uint8_t* p, size_t count, DType dtype) {
+  constexpr size_t kBlock = 4096;
+  for (size_t begin = 0; begin < count; begin += kBlock) {
+    const size_t end = std::min(count, begin + kBlock);
+    bool any = false;
+    if (dtype == DType::F32) {
+      for (size_t i = begin; i < end; ++i) {
+        uint32_t v;
+        std::memcpy(&v, p + 4 * i, 4);
+        any |= (v & 0x7f800000u) == 0x7f800000u;
+      }
+    } else {
+      const uint16_t mask = dtype == DType::BF16 ? 0x7f80u : 0x7c00u;
+      for (size_t i = begin; i < end; ++i) {
+        uint16_t v;
+        std::memcpy(&v, p + 2 * i, 2);
+        any |= (v & mask) == mask;
+      }
+    }
+    if (!any) continue;
+    for (size_t i = begin; i < end; ++i)
+      if (!std::isfinite(load_as_float(p, dtype, int64_t(i)))) return i;
+  }
+  return count;
+}
+
+// Converts `count` values starting at element `first` of `t` into `dtype`, appending to `out`; rejects
+// values that are not finite after the conversion.
 void convert(const TensorView& t, int64_t first, int64_t count, DType dtype, std::vector<uint8_t>& out) {
   const size_t at = out.size();
   out.resize(at + size_t(count) * size_t(dtype_size(dtype)));
   if (t.dtype == dtype) {
     std::memcpy(out.data() + at, static_cast<const uint8_t*>(t.data) + size_t(first) * size_t(dtype_size(dtype)),
                 size_t(count) * size_t(dtype_size(dtype)));
-    return;
-  }
-  for (int64_t i = 0; i < count; ++i) {
-    const float v = t.at(first + i);
-    uint8_t* dst = out.data() + at + size_t(i) * size_t(dtype_size(dtype));
-    if (dtype == DType::F32) {
-      std::memcpy(dst, &v, 4);
-    } else {
-      const uint16_t h = dtype == DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
-      std::memcpy(dst, &h, 2);
+  } else {
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = t.at(first + i);
+      uint8_t* dst = out.data() + at + size_t(i) * size_t(dtype_size(dtype));
+      if (dtype == DType::F32) {
+        std::memcpy(dst, &v, 4);
+      } else {
+        const uint16_t h = dtype == DType::BF16 ? float_to_bf16(v) : float_to_fp16(v);
+        std::memcpy(dst, &h, 2);
+      }
     }
   }
+  const size_t bad = first_non_finite(out.data() + at, size_t(count), dtype);
+  if (bad == size_t(count)) return;
+  const int64_t index = first + int64_t(bad);
+  const int64_t cols = t.shape.size() == 2 ? t.shape[1] : 0;
+  const std::string where = cols > 0 ? fmt::format("[{}, {}]", index / cols, index % cols) : fmt::format("[{}]", index);
+  const float original = t.at(index);
+  if (std::isfinite(original))
+    throw BadModelError(fmt::format("tensor {}: element {} is {}, which overflows {} (the dtype the kernels read it "
+                                    "in); the model cannot run",
+                                    t.name, where, original, dtype_name(dtype)));
+  throw BadModelError(fmt::format("tensor {}: element {} is {}; a model with NaN or infinite weights cannot run",
+                                  t.name, where, original));
 }
 
 }  // namespace

@@ -40,7 +40,9 @@ DType matrix_dtype_for(const Model& model);
 WeightLayout plan_weight_layout(const ModelConfig& config, DType matrix_dtype);
 
 // Streams the packed image piece by piece: `sink(offset, bytes, size)`, in increasing offset order.
-// Converts dtypes on the way. Memory: one tensor at a time.
+// Converts dtypes on the way. Memory: one tensor at a time. Throws BadModelError naming the tensor and
+// element when a value is NaN or infinite, or overflows the matrix dtype (an F32 value beyond F16's
+// range): the kernels would turn it into NaN logits and decode token 0 forever.
 using PackSink = std::function<void(uint64_t offset, const void* bytes, size_t size)>;
 void pack_weights(const Model& model, const WeightLayout& layout, const PackSink& sink);
 

@@ -3,7 +3,7 @@
 #   scripts/install_deps.sh [--amd]     --amd: also the HIP/HSA toolchain for the AMD compile check
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config git libfmt-dev nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev
-          libpcre2-dev libicu-dev clang libclang-rt-14-dev ccache nodejs npm curl)
+          libpcre2-dev libicu-dev libedit-dev libncurses-dev clang libclang-rt-14-dev ccache nodejs npm curl)
 [[ "${1:-}" == "--amd" ]] && packages+=(hipcc libamdhip64-dev libhsa-runtime-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -13,7 +13,8 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && command 
 if [[ $gpu == none && -x /usr/local/cuda/bin/nvcc ]] && nvidia-smi -L >/dev/null 2>&1; then export PATH=/usr/local/cuda/bin:$PATH; gpu=nvidia; fi
 build=build-$gpu
 cmake -S . -B "$build" -G Ninja -DMK_GPU=$gpu -DMK_BUILD_TESTS=OFF >/dev/null
-targets=(mk-run)
+# mk-chat and the library too: they are what `cmake --install "$build"` installs (README).
+targets=(mk-run mk-chat monokernel)
 [[ $gpu != none ]] && targets+=(mk-bench)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 if [[ $gpu != none && $# -eq 0 ]]; then

@@ -9,10 +9,12 @@
 #include <monokernel.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "runtime/synthetic_model.h"
@@ -188,6 +190,58 @@ TEST(Capi, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(mk_session_create(nullptr, nullptr, &s), MK_ERROR_INVALID_ARGUMENT);
   mk_session_destroy(nullptr);
   mk_model_close(nullptr);
+}
+
+TEST(Capi, InvalidSamplingValuesAreRejectedNamingTheField) {
+  Opened o;
+  const auto rejected = [&](void (*set)(mk_generate_params&), const char* message) {
+    mk_generate_params p = params(4);
+    set(p);
+    EXPECT_EQ(mk_generate(o.session, "x", &p, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT) << message;
+    EXPECT_THAT(mk_session_last_error(o.session), HasSubstr(message));
+  };
+  rejected([](mk_generate_params& p) { p.temperature = -1.f; }, "temperature -1: the temperature must be a finite number >= 0");
+  rejected([](mk_generate_params& p) { p.temperature = std::nanf(""); }, "temperature nan:");
+  rejected([](mk_generate_params& p) { p.top_k = -3; }, "top_k -3: top-k must be >= 0");
+  rejected([](mk_generate_params& p) { p.min_p = 5.f; }, "min_p 5: min-p must be between 0 and 1");
+  // Greedy decoding ignores top-p, but an impossible value is still a mistake.
+  rejected([](mk_generate_params& p) { p.top_p = 2.f; }, "top_p 2: top-p must be greater than 0 and at most 1");
+  mk_stats s;
+  mk_session_stats(o.session, &s);
+  EXPECT_EQ(s.context_tokens, 0) << "a rejected call ran the model";
+}
+
+TEST(Capi, AContextTooLargeForMemoryIsOutOfMemoryBeforeAllocating) {
+  const mk_model_options o = emulator(2000000000);
+  mk_model* model = reinterpret_cast<mk_model*>(0x1);
+  char err[512];
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(model, nullptr);
+  EXPECT_THAT(err, HasSubstr("KV cache for 2000000000 tokens"));
+  EXPECT_THAT(err, HasSubstr("is available ("));
+}
+
+// Overwrites one BF16 element of tensor `name` in `dir`/model.safetensors with `bits`.
+void plant_bf16(const std::filesystem::path& dir, const std::string& name, size_t index, uint16_t bits) {
+  std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_size = 0;
+  f.read(reinterpret_cast<char*>(&header_size), 8);
+  std::string header(header_size, '\0');
+  f.read(header.data(), std::streamsize(header_size));
+  const auto entry = nlohmann::json::parse(header).at(name);
+  ASSERT_EQ(entry.at("dtype"), "BF16");
+  f.seekp(std::streamoff(8 + header_size + entry.at("data_offsets")[0].get<uint64_t>() + 2 * index));
+  f.write(reinterpret_cast<const char*>(&bits), 2);
+}
+
+TEST(Capi, NanWeightsAreABadModelNamingTheTensor) {
+  const mk::test::ScopedTinyChatModel nan_model("api-nan");
+  plant_bf16(nan_model.dir, "model.layers.0.mlp.up_proj.weight", 10, 0x7fc0);  // a quiet NaN
+  const mk_model_options o = emulator();
+  mk_model* model = nullptr;
+  char err[512];
+  EXPECT_EQ(mk_model_open(nan_model.dir.c_str(), &o, &model, err, sizeof err), MK_ERROR_BAD_MODEL);
+  EXPECT_THAT(err, HasSubstr("tensor model.layers.0.mlp.up_proj.weight: element [0, 10] is nan"));
 }
 
 struct CancelState {

@@ -2,7 +2,8 @@
 // tiny chat model, on the CPU emulator. Every read has a deadline and the child is killed at the end, so
 // a broken mk-chat fails the test instead of hanging it.
 //   ChatPty.*  streaming, Ctrl-C during a reply and at the prompt, multi-turn KV reuse (through /stats),
-//              /reset, /quit, end of input, the context-full messages, and -p one-shot output.
+//              /reset, /quit, end of input, the context-full messages, -p one-shot output, line editing
+//              (arrows, Ctrl-A/Ctrl-E, history) and lines of spaces.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@
 #include "runtime/chat_template.h"
 #include "runtime/synthetic_model.h"
 #include "runtime/tokenizer.h"
+#include "tests/helpers/run_command.h"
 #include "tests/helpers/tiny_chat_model.h"
 
 #ifndef MK_CHAT_BINARY
@@ -65,6 +67,7 @@ class Chat {
     size.ws_col = 200;
     pid_ = forkpty(&master_, nullptr, nullptr, &size);
     if (pid_ == 0) {
+      setenv("TERM", "xterm", 1);  // a terminal as people have one, whatever the test runner's
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -164,26 +167,10 @@ class Chat {
   std::string output_;
 };
 
-// mk-chat without a terminal: stdout and stderr captured separately (through files; the runs are short).
-struct Captured {
-  int status = -1;
-  std::string out, err;
-};
-
-Captured run_captured(const std::vector<std::string>& args) {
-  const mk::test::ScopedTempDir dir("chat-captured");
-  std::string cmd = std::string("'") + MK_CHAT_BINARY + "'";
-  for (const auto& a : args) cmd += " '" + a + "'";
-  cmd += " > '" + (dir.path / "out").string() + "' 2> '" + (dir.path / "err").string() + "' < /dev/null";
-  Captured c;
-  const int raw = std::system(cmd.c_str());
-  c.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  std::stringstream out, err;
-  out << std::ifstream(dir.path / "out").rdbuf();
-  err << std::ifstream(dir.path / "err").rdbuf();
-  c.out = out.str();
-  c.err = err.str();
-  return c;
+// mk-chat without a terminal: stdout and stderr captured separately. `input`: its stdin.
+mk::test::Captured run_captured(std::vector<std::string> args, const std::string& input = "") {
+  args.insert(args.begin(), MK_CHAT_BINARY);
+  return mk::test::run_command(args, input);
 }
 
 std::vector<int32_t> encode(const std::string& text) {
@@ -302,7 +289,7 @@ TEST(ChatPty, AFullContextIsExplained) {
 
 TEST(ChatPty, FallsBackToTheEmulatorWithAWarning) {
   // Without --emulator: on a machine without a GPU (or a build without GPU support) mk-chat says so.
-  const Captured r = run_captured({"-m", model_dir().string(), "-p", "hi", "-n", "2"});
+  const mk::test::Captured r = run_captured({"-m", model_dir().string(), "-p", "hi", "-n", "2"});
   ASSERT_EQ(r.status, 0) << r.err;
   if (r.err.find("gpu monokernel") != std::string::npos) GTEST_SKIP() << "ran on a GPU";
   EXPECT_THAT(r.err, HasSubstr("warning: no GPU"));
@@ -313,7 +300,7 @@ TEST(ChatPty, FallsBackToTheEmulatorWithAWarning) {
 TEST(ChatPty, OneShotPromptPrintsOnlyTheReply) {
   std::vector<std::string> args = {"-m", model_dir().string(), "--temp", "0", "-n", "12", "-p", "Say something"};
   for (const auto& a : backend_args()) args.push_back(a);
-  const Captured r = run_captured(args);
+  const mk::test::Captured r = run_captured(args);
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out.back(), '\n');
@@ -325,9 +312,72 @@ TEST(ChatPty, OneShotPromptPrintsOnlyTheReply) {
 }
 
 TEST(ChatPty, MissingModelDirectoryIsAnError) {
-  const Captured r = run_captured({"-m", "/nonexistent/model", "-p", "hi"});
+  const mk::test::Captured r = run_captured({"-m", "/nonexistent/model", "-p", "hi"});
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.err, HasSubstr("/nonexistent/model does not exist"));
+  EXPECT_EQ(r.out, "");
+}
+
+// The keys of a terminal: what a person types to edit a line (line editing through libedit).
+TEST(ChatPty, LinesAreEditedWithArrowsCtrlAEAndHistory) {
+  Chat chat({"-n", "4"});
+  size_t at = chat.expect("> ", 0);
+  // Ctrl-A / Ctrl-E: type "bc", go to the start, type "/a", go to the end, type "d", Enter.
+  chat.send("bc\x01/a\x05" "d\r");  // (split: "\x05d" would be one hex escape)
+  at = chat.expect("unknown command /abcd ", at);  // an unknown command is echoed: it shows the line as edited
+  at = chat.expect("> ", at);
+  // Left and right arrows: "/xz", left, "y", right, "w".
+  chat.send("/xz\x1b[Dy\x1b[Cw\r");
+  at = chat.expect("unknown command /xyzw ", at);
+  at = chat.expect("> ", at);
+  // History, newest first: up twice is "/abcd"; edited, it is a new line.
+  chat.send("\x1b[A\x1b[A!\r");
+  at = chat.expect("unknown command /abcd! ", at);
+  at = chat.expect("> ", at);
+  // Up three times ("/abcd"), down once ("/xyzw"); the arrows in application mode (ESC O) too.
+  chat.send("\x1b[A\x1bOA\x1b[A\x1bOB\r");
+  at = chat.expect("unknown command /xyzw ", at);
+  at = chat.expect("> ", at);
+  // A recalled command runs as typed.
+  at = chat.say("/stats", at);
+  at = chat.expect("turns: 0", at);
+  at = chat.expect("> ", at);
+  chat.send("\x1b[A\r");
+  at = chat.expect("turns: 0", at);
+  at = chat.expect("> ", at);
+  chat.send("/quit\r");
+  EXPECT_EQ(chat.wait_exit(), 0);
+}
+
+TEST(ChatPty, ALineOfSpacesIsNotSent) {
+  Chat chat({"-n", "4"});
+  size_t at = chat.expect("> ", 0);
+  chat.send("    \r");
+  at = chat.expect("\n> ", at);
+  const auto s = chat.stats(at);
+  EXPECT_EQ(s.at("turns"), 0);
+  EXPECT_EQ(s.at("context"), 0);
+  EXPECT_THAT(chat.output(), Not(HasSubstr("tok/s"))) << "a reply was generated";
+  chat.send("/quit\r");
+  EXPECT_EQ(chat.wait_exit(), 0);
+
+  // Without a terminal (a script feeding stdin) the same holds, tabs included.
+  std::vector<std::string> args = {"-m", model_dir().string(), "-n", "4"};
+  for (const auto& a : backend_args()) args.push_back(a);
+  const mk::test::Captured r = run_captured(args, "  \t \n\n/stats\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("context: 0 / "));
+  EXPECT_THAT(r.out, HasSubstr("turns: 0"));
+}
+
+TEST(ChatPty, OneShotPromptTooLongSuggestsNoReset) {
+  std::vector<std::string> args = {"-m", model_dir().string(), "-c", "64", "-p", std::string(100, 'x')};
+  for (const auto& a : backend_args()) args.push_back(a);
+  const mk::test::Captured r = run_captured(args);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, HasSubstr("the context holds 64 tokens"));
+  EXPECT_THAT(r.err, HasSubstr("[use a shorter prompt, or a larger context (-c)]"));
+  EXPECT_THAT(r.err, Not(HasSubstr("/reset"))) << "-p has no /reset";
   EXPECT_EQ(r.out, "");
 }
 

@@ -5,13 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
 
 #include <fmt/format.h>
 
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "runtime/presets.h"
 #include "runtime/reference.h"
+#include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
 
@@ -543,6 +548,155 @@ TEST(Emulator, CancelStopsAtTheNextToken) {
   req.input = {9};
   req.max_new_tokens = 2;
   EXPECT_EQ(emu.generate(req, {}).tokens.size(), 2u);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Limits: memory for the context, non-finite weights and logits
+
+TEST(Emulator, AContextTooLargeForTheHostIsRefusedBeforeAllocating) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "huge-context");
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 2000000000;  // 2 layers x 2 kv heads x 16 x 2 bytes x 2 (K, V): 477 GiB of KV cache
+  opt.check_dependencies = false;
+  try {
+    Emulator emu(*model, opt);
+    FAIL() << "a context of 2e9 tokens was accepted";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("context of 2000000000 tokens"));
+    EXPECT_THAT(e.what(), HasSubstr("KV cache for 2000000000 tokens 476.8 GiB"));
+    EXPECT_THAT(e.what(), HasSubstr("is available ("));  // the limit and where it comes from
+    EXPECT_THAT(e.what(), HasSubstr("lower the context size (-c)"));
+  }
+}
+
+TEST(HostMemory, ReadsMemAvailableAndNamesEveryPartOfARequest) {
+  EXPECT_EQ(parse_mem_available("MemTotal:  1000 kB\nMemFree:  10 kB\nMemAvailable:   2048 kB\nBuffers: 1 kB\n"),
+            uint64_t(2048) * 1024);
+  EXPECT_FALSE(parse_mem_available("MemTotal: 1000 kB\n").has_value());
+  const HostMemory m = available_host_memory();
+  EXPECT_GT(m.available_bytes, 0u);
+  EXPECT_FALSE(m.source.empty());
+
+  const HostMemory two_gib{uint64_t(2) << 30, "a test limit"};
+  EXPECT_NO_THROW(check_host_memory("x", {{"a", uint64_t(1) << 30}, {"b", uint64_t(1) << 30}}, two_gib, "hint"));
+  try {
+    check_host_memory("the thing", {{"KV cache", uint64_t(3) << 30}, {"table", 512}}, two_gib, "use less");
+    FAIL();
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_STREQ(e.what(), "the thing needs 3.0 GiB of host memory (KV cache 3.0 GiB, table 512 bytes) but 2.0 GiB "
+                           "is available (a test limit); use less");
+  }
+}
+
+// The tiny model with `edit` applied to its tensors, rewritten.
+std::unique_ptr<Model> tiny_edited(TinyModelSpec spec, const std::string& tag,
+                                   const std::function<void(std::vector<test::TensorBytes>&)>& edit) {
+  auto dir = test::make_temp_dir(tag);
+  auto tensors = test::write_tiny_model(dir, spec);
+  edit(tensors);
+  test::write_safetensors(dir / "model.safetensors", tensors);
+  return load_model(dir);
+}
+
+// Sets element `index` of tensor `name` (F32) to `value`.
+void plant(std::vector<test::TensorBytes>& tensors, const std::string& name, size_t index, float value) {
+  for (auto& t : tensors)
+    if (t.name == name) {
+      ASSERT_EQ(t.dtype, "F32");
+      std::memcpy(t.bytes.data() + 4 * index, &value, 4);
+      return;
+    }
+  FAIL() << "no tensor " << name;
+}
+
+TEST(Emulator, NonFiniteWeightsAreRejectedAtLoadNamingTheTensor) {
+  TinyModelSpec spec;
+  spec.dtype = DType::F32;
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 32;
+  // A NaN in layer 1's down projection [hidden 64, intermediate 96]: element 3 * 96 + 5 is [3, 5].
+  auto nan_model = tiny_edited(spec, "nan-weight", [](auto& t) {
+    plant(t, "model.layers.1.mlp.down_proj.weight", 3 * 96 + 5, std::numeric_limits<float>::quiet_NaN());
+  });
+  try {
+    Emulator emu(*nan_model, opt);
+    FAIL() << "a NaN weight was accepted";
+  } catch (const BadModelError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tensor model.layers.1.mlp.down_proj.weight: element [3, 5] is nan"));
+  }
+  // An infinity in a norm weight (a vector).
+  auto inf_model = tiny_edited(spec, "inf-weight", [](auto& t) {
+    plant(t, "model.norm.weight", 7, -std::numeric_limits<float>::infinity());
+  });
+  EXPECT_THAT(test::error_of([&] { Emulator emu(*inf_model, opt); }), HasSubstr("tensor model.norm.weight: element [7] is -inf"));
+  // A finite F32 value that BF16 (the matrix dtype the kernels read) cannot hold.
+  auto overflow_model = tiny_edited(spec, "overflow-weight", [](auto& t) {
+    plant(t, "model.layers.0.self_attn.q_proj.weight", 0, 3.4e38f);
+  });
+  EXPECT_THAT(test::error_of([&] { Emulator emu(*overflow_model, opt); }),
+              HasSubstr("tensor model.layers.0.self_attn.q_proj.weight: element [0, 0] is 3.4e+38, which overflows BF16"));
+}
+
+TEST(Emulator, NonFiniteLogitsStopGenerationNamingThePosition) {
+  // Finite weights whose activations overflow: a final norm weight of 3e38 makes the normalised hidden
+  // state, and so the logits, infinite or NaN - as an activation overflow in a real model would.
+  TinyModelSpec spec;
+  spec.dtype = DType::F32;
+  spec.eos = {};
+  auto model = tiny_edited(spec, "inf-logits", [](auto& t) {
+    for (size_t i = 0; i < 64; ++i) plant(t, "model.norm.weight", i, 3e38f);
+  });
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 32;
+  for (const float temperature : {0.f, 0.8f}) {
+    Emulator emu(*model, opt);
+    GenerateRequest req;
+    req.input = {1, 2, 3, 4};
+    req.max_new_tokens = 8;
+    req.sampling.temperature = temperature;
+    int tokens = 0;
+    const std::string message = test::error_of([&] { emu.generate(req, [&](int32_t) { ++tokens; }); });
+    EXPECT_THAT(message, HasSubstr("the logits are not finite at position 3 (reply token 1)")) << "temperature " << temperature;
+    EXPECT_THAT(message, HasSubstr("of 160 are NaN or infinite"));
+    EXPECT_EQ(tokens, 0) << "a token was emitted from non-finite logits";
+  }
+}
+
+TEST(Emulator, InvalidSamplingValuesAreRejectedEvenWhenGreedy) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "bad-sampling");
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 32;
+  Emulator emu(*model, opt);
+  GenerateRequest req;
+  req.input = {1, 2};
+  req.max_new_tokens = 2;
+  req.sampling.temperature = 0.f;
+  req.sampling.top_p = 2.f;
+  EXPECT_THAT(test::error_of([&] { emu.generate(req, {}); }), HasSubstr("top_p 2: top-p must be greater than 0 and at most 1"));
+  EXPECT_EQ(emu.position(), 0);
+}
+
+TEST(Sampling, OneRuleWithMessagesNamingTheValue) {
+  const auto error = [](SamplingParams p, const SamplingNames& names = {}) { return sampling_error(p, names); };
+  EXPECT_EQ(error({}), "");
+  EXPECT_EQ(error({0.8f, 40, 0.95f, 0.05f, 1}), "");
+  EXPECT_EQ(error({0.f, 0, 1.f, 0.f, 0}), "");
+  EXPECT_EQ(error({-1.f, 0, 1.f, 0.f, 0}, kSamplingFlags), "--temp -1: the temperature must be a finite number >= 0 (0: greedy)");
+  EXPECT_EQ(error({std::nanf(""), 0, 1.f, 0.f, 0}, kSamplingFlags), "--temp nan: the temperature must be a finite number >= 0 (0: greedy)");
+  EXPECT_EQ(error({std::numeric_limits<float>::infinity(), 0, 1.f, 0.f, 0}), "temperature inf: the temperature must be a finite number >= 0 (0: greedy)");
+  EXPECT_EQ(error({0.f, -3, 1.f, 0.f, 0}, kSamplingFlags), "--top-k -3: top-k must be >= 0 (0: off)");
+  EXPECT_EQ(error({0.f, 0, 2.f, 0.f, 0}, kSamplingFlags), "--top-p 2: top-p must be greater than 0 and at most 1 (1: off)");
+  EXPECT_EQ(error({0.f, 0, 0.f, 0.f, 0}), "top_p 0: top-p must be greater than 0 and at most 1 (1: off)");
+  EXPECT_EQ(error({0.f, 0, std::nanf(""), 0.f, 0}), "top_p nan: top-p must be greater than 0 and at most 1 (1: off)");
+  EXPECT_EQ(error({0.f, 0, 1.f, 5.f, 0}, kSamplingFlags), "--min-p 5: min-p must be between 0 and 1 (0: off)");
+  EXPECT_EQ(error({0.f, 0, 1.f, -0.1f, 0}), "min_p -0.1: min-p must be between 0 and 1 (0: off)");
+  EXPECT_THROW(validate_sampling({0.f, 0, 1.f, 5.f, 0}), Error);
 }
 
 }  // namespace

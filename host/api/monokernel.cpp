@@ -34,6 +34,7 @@ mk_status status_of(mk::EngineErrorKind kind) {
     case mk::EngineErrorKind::ContextFull: return MK_ERROR_CONTEXT_FULL;
     case mk::EngineErrorKind::Backend: return MK_ERROR_BACKEND;
     case mk::EngineErrorKind::Busy: return MK_ERROR_BUSY;
+    case mk::EngineErrorKind::OutOfMemory: return MK_ERROR_OUT_OF_MEMORY;
   }
   return MK_ERROR_INTERNAL;
 }

@@ -61,7 +61,8 @@ typedef enum mk_status {
   MK_ERROR_BACKEND = 5,          /* the GPU backend failed: no GPU when one was required, out of device memory, ... */
   MK_ERROR_BUSY = 6,             /* the session is in use by another thread */
   MK_ERROR_BUFFER_TOO_SMALL = 7, /* mk_tokenize / mk_detokenize: the needed size is in *count / *length */
-  MK_ERROR_OUT_OF_MEMORY = 8,
+  MK_ERROR_OUT_OF_MEMORY = 8,    /* the context does not fit the free host (CPU emulator) or GPU memory; checked
+                                    before allocating, the message names the need and the limit */
   MK_ERROR_INTERNAL = 9
 } mk_status;
 

@@ -39,6 +39,8 @@ class DependencyChecker {
   // Throws mk::Error listing every violation seen (up to kMaxReported), if any.
   void throw_if_violations() const;
   static constexpr size_t kMaxReported = 12;
+  // Bytes of bookkeeping per cell before any read is recorded in it (for memory estimates).
+  static constexpr size_t cell_bytes() { return sizeof(Cell); }
 
  private:
   struct Access {

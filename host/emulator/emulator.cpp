@@ -12,6 +12,7 @@
 #include "host/emulator/emulator_state.h"
 #include "host/emulator/ops/ops.h"
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "runtime/rope.h"
 #include "runtime/schedule_diagnostics.h"
 #include "runtime/weight_layout.h"
@@ -143,8 +144,7 @@ struct Emulator::Impl : emu::EmulatorState {
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) {
     const auto input = tokens_to_ingest(req.input, pending, position, opt.context, cfg.vocab_size);
     if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
-    if (!req.sampling.greedy() && !(req.sampling.top_p > 0.f && req.sampling.top_p <= 1.f))
-      fail("generate: top_p must be in (0, 1] (got {})", req.sampling.top_p);
+    validate_sampling(req.sampling);
     cancel_flag = false;
     recorded.clear();
     run = Launch{};

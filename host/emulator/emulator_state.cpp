@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "runtime/error.h"
+#include "runtime/host_memory.h"
 #include "runtime/rope.h"
 
 namespace mk::emu {
@@ -15,6 +18,7 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
   if (cfg.sliding_window > 0 && opt.context > cfg.sliding_window)
     fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
   layout = plan_weight_layout(cfg, matrix_dtype_for(model));
+  check_memory();
   weights = pack_weights_to_host(model, layout);
   rope = rope_table(cfg, opt.context);
   const size_t hd = size_t(cfg.head_dim), S = size_t(schedule.attention_splits);
@@ -49,6 +53,38 @@ void EmulatorState::start_checker() {
   v_cache.id = checker->add_buffer("V cache", v_cache.data.size() / v_cache.cell);
   tokens.id = checker->add_buffer("tokens", tokens.data.size());
   stop_at.id = checker->add_buffer("stop flags", stop_at.data.size());
+}
+
+// The KV cache, the RoPE table and the per-launch buffers grow with the context: a context the machine
+// cannot hold is refused here, before anything is allocated (a vector that large either throws
+// bad_alloc or, with overcommit, gets the process OOM-killed as it fills).
+void EmulatorState::check_memory() const {
+  const uint64_t ctx = uint64_t(opt.context), hd = uint64_t(cfg.head_dim);
+  const uint64_t cache_rows = uint64_t(cfg.num_layers) * uint64_t(cfg.num_kv_heads) * ctx;
+  std::vector<MemoryNeed> needs = {
+      {fmt::format("KV cache for {} tokens", opt.context), 2 * cache_rows * hd * sizeof(uint16_t)},
+      {"RoPE table", ctx * hd * sizeof(float)},
+      {"token and stop buffers", (ctx + 1) * sizeof(int32_t) + ctx},
+      {"weights", layout.total_bytes}};
+  if (opt.check_dependencies)  // its bookkeeping per cache row and token, at the least
+    needs.push_back({"dependency checker", (2 * cache_rows + 2 * ctx) * DependencyChecker::cell_bytes()});
+  check_host_memory(fmt::format("the CPU emulator with a context of {} tokens", opt.context), needs,
+                    available_host_memory(), "lower the context size (-c)");
+}
+
+// Non-finite logits (NaN from a NaN or overflow anywhere upstream) would make greedy decoding emit token 0
+// forever and sampling pick garbage; stop and say where instead.
+void EmulatorState::check_finite(const float* l, uint32_t step) const {
+  const size_t n = logits.data.size();
+  size_t bad = 0, first = n;
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(l[i])) {
+      if (bad++ == 0) first = i;
+    }
+  if (bad == 0) return;
+  fail("emulator: the logits are not finite at position {} (reply token {}): {} of {} are NaN or infinite, the "
+       "first for token {} ({}); the model's weights or activations overflow",
+       run.start + int(step), run.result.tokens.size() + 1, bad, n, first, l[first]);
 }
 
 }  // namespace mk::emu

@@ -88,6 +88,10 @@ struct EmulatorState {
   }
 
   void start_checker();
+  // A context the host cannot hold is refused before anything is allocated.
+  void check_memory() const;
+  // Stops the launch with an error naming the step when the logits hold NaN or infinity.
+  void check_finite(const float* logits, uint32_t step) const;
 
   // ---- weights ----
   float wt(uint64_t offset, size_t i) const { return load_as_float(weights.data() + offset, layout.matrix_dtype, int64_t(i)); }

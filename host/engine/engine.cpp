@@ -48,6 +48,10 @@ struct Engine::Shared {
       return factory();
     } catch (const EngineError&) {
       throw;
+    } catch (const OutOfMemoryError& e) {
+      throw EngineError(EngineErrorKind::OutOfMemory, e.what());
+    } catch (const BadModelError& e) {  // weights that cannot run, found while packing them
+      throw EngineError(EngineErrorKind::BadModel, e.what());
     } catch (const Error& e) {
       throw EngineError(EngineErrorKind::Backend, e.what());
     }
@@ -105,11 +109,7 @@ void check_params(const TurnParams& p) {
   const auto bad = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
   if (p.max_tokens == 0 || p.max_tokens < -1)
     bad(fmt::format("max_tokens must be positive, or -1 for no limit (got {})", p.max_tokens));
-  const SamplingParams& s = p.sampling;
-  if (s.top_k < 0) bad(fmt::format("top_k must be >= 0 (got {})", s.top_k));
-  if (!(s.top_p > 0.f && s.top_p <= 1.f)) bad(fmt::format("top_p must be in (0, 1] (got {})", s.top_p));
-  if (!(s.min_p >= 0.f && s.min_p <= 1.f)) bad(fmt::format("min_p must be in [0, 1] (got {})", s.min_p));
-  if (!(s.temperature >= 0.f)) bad(fmt::format("temperature must be >= 0 (got {})", s.temperature));
+  if (std::string e = sampling_error(p.sampling); !e.empty()) bad(e);
 }
 
 }  // namespace

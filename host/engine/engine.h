@@ -43,6 +43,7 @@ enum class EngineErrorKind {
   ContextFull,      // the new turn does not fit the context that is left
   Backend,          // the GPU backend could not be created or failed
   Busy,             // a session used by two threads at once
+  OutOfMemory,      // the context does not fit the free host (emulator) or device memory
 };
 
 class EngineError : public Error {

@@ -5,18 +5,25 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <histedit.h>
 #include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <clocale>
 #include <csignal>
 #include <cstdio>
+#include <cwchar>
+#include <limits>
+#include <memory>
+#include <new>
 #include <optional>
 #include <random>
 #include <string>
 
 #include "host/engine/engine.h"
+#include "host/tools/cli_checks.h"
 
 namespace {
 
@@ -41,25 +48,43 @@ void install_sigint_handler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-// Reads lines from stdin with read(2), so that a Ctrl-C reaches the loop instead of being swallowed by a
-// restarted read or leaving an iostream in a failed state. SIGINT is blocked except inside ppoll(), which
-// unblocks it atomically while waiting: a Ctrl-C that lands just before the wait is seen by the counter
-// check, one during the wait interrupts it - none is lost between the check and the wait.
-class LineReader {
- public:
-  enum class Status { Line, EndOfInput, Interrupted };
+enum class ReadStatus { Line, EndOfInput, Interrupted };
 
-  // `seen`: the Ctrl-Cs already acted on; one more makes this return Interrupted (and updates it).
-  Status next(std::string& line, std::sig_atomic_t& seen) {
+// True when stdin is readable (or at its end), false when a Ctrl-C came first. `seen`: the Ctrl-Cs already
+// acted on; one more makes this return false (and updates it). SIGINT is blocked except inside ppoll(),
+// which unblocks it atomically while waiting: a Ctrl-C that lands just before the wait is seen by the
+// counter check, one during the wait interrupts it - none is lost between the check and the wait.
+bool wait_for_input(std::sig_atomic_t& seen) {
+  sigset_t sigint, unblocked;
+  sigemptyset(&sigint);
+  sigaddset(&sigint, SIGINT);
+  sigprocmask(SIG_BLOCK, &sigint, &unblocked);
+  int ready = 0;
+  while (g_interrupts == seen && ready <= 0) {
+    struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+    ready = ppoll(&p, 1, nullptr, &unblocked);
+    if (ready < 0 && errno != EINTR) ready = 1;  // let read() report the error
+  }
+  sigprocmask(SIG_SETMASK, &unblocked, nullptr);
+  if (g_interrupts == seen) return true;
+  seen = g_interrupts;
+  return false;
+}
+
+// Reads lines from stdin with read(2) (a pipe or file), so that a Ctrl-C reaches the loop instead of being
+// swallowed by a restarted read or leaving an iostream in a failed state.
+class PlainReader {
+ public:
+  ReadStatus next(std::string& line, std::sig_atomic_t& seen) {
     for (;;) {
       if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
         line = buffer_.substr(0, nl);
         buffer_.erase(0, nl + 1);
-        return Status::Line;
+        return ReadStatus::Line;
       }
       if (!wait_for_input(seen)) {
         buffer_.clear();  // the terminal dropped the half-typed line too
-        return Status::Interrupted;
+        return ReadStatus::Interrupted;
       }
       char chunk[4096];
       const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
@@ -70,33 +95,115 @@ class LineReader {
       } else if (!buffer_.empty()) {  // last line without a newline
         line = std::move(buffer_);
         buffer_.clear();
-        return Status::Line;
+        return ReadStatus::Line;
       } else {
-        return Status::EndOfInput;
+        return ReadStatus::EndOfInput;
       }
     }
   }
 
  private:
-  // True when stdin is readable (or at its end), false when a Ctrl-C came first.
-  static bool wait_for_input(std::sig_atomic_t& seen) {
-    sigset_t sigint, unblocked;
-    sigemptyset(&sigint);
-    sigaddset(&sigint, SIGINT);
-    sigprocmask(SIG_BLOCK, &sigint, &unblocked);
-    int ready = 0;
-    while (g_interrupts == seen && ready <= 0) {
-      struct pollfd p = {STDIN_FILENO, POLLIN, 0};
-      ready = ppoll(&p, 1, nullptr, &unblocked);
-      if (ready < 0 && errno != EINTR) ready = 1;  // let read() report the error
+  std::string buffer_;
+};
+
+// Line editing on a terminal: libedit (emacs keys: arrows, Ctrl-A/Ctrl-E, history with up/down, ~/.editrc).
+// libedit reads the keys through read_key(), which waits in wait_for_input(), so that a Ctrl-C at the prompt
+// is handled exactly as without the editor. The terminal is raw only while a line is being typed; replies
+// stream in its normal mode.
+class LineEditor {
+ public:
+  LineEditor() : editor_(el_init("mk-chat", stdin, stdout, stderr)), history_(history_init()) {
+    if (!editor_ || !history_) throw mk::Error("cannot start line editing (libedit)");
+    HistEvent ev;
+    history(history_, &ev, H_SETSIZE, 1000);
+    history(history_, &ev, H_SETUNIQUE, 1);  // the same line twice in a row is kept once
+    el_set(editor_, EL_EDITOR, "emacs");
+    el_set(editor_, EL_SIGNAL, 0);  // no handlers of its own: SIGINT is ours
+    el_set(editor_, EL_PROMPT, &prompt);
+    el_set(editor_, EL_HIST, history, history_);
+    el_set(editor_, EL_CLIENTDATA, this);
+    el_set(editor_, EL_GETCFN, &read_key);
+    el_source(editor_, nullptr);  // the user's ~/.editrc, if any
+  }
+  ~LineEditor() {
+    el_end(editor_);  // restores the terminal
+    history_end(history_);
+  }
+  LineEditor(const LineEditor&) = delete;
+  LineEditor& operator=(const LineEditor&) = delete;
+
+  ReadStatus next(std::string& line, std::sig_atomic_t& seen) {
+    seen_ = &seen;
+    interrupted_ = false;
+    int count = 0;
+    const char* text = el_gets(editor_, &count);  // prints the prompt; returns with the terminal restored
+    if (interrupted_) {
+      std::fputc('\n', stdout);  // leave the abandoned line on the screen, as a shell does
+      return ReadStatus::Interrupted;
     }
-    sigprocmask(SIG_SETMASK, &unblocked, nullptr);
-    if (g_interrupts == seen) return true;
-    seen = g_interrupts;
-    return false;
+    if (!text || count <= 0) {  // Ctrl-D on an empty line, or the terminal went away
+      std::fputc('\n', stdout);
+      return ReadStatus::EndOfInput;
+    }
+    line.assign(text, size_t(count));
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) {
+      HistEvent ev;
+      history(history_, &ev, H_ENTER, line.c_str());
+    }
+    return ReadStatus::Line;
   }
 
-  std::string buffer_;
+ private:
+  static const char* prompt(EditLine*) { return "> "; }
+
+  // libedit's key source: one character (decoded from the locale's multibyte encoding), 0 at the end of
+  // input, -1 on an error or when a Ctrl-C came while waiting (then el_gets gives up the line).
+  static int read_key(EditLine* el, wchar_t* out) {
+    LineEditor* self = nullptr;
+    el_get(el, EL_CLIENTDATA, &self);
+    std::mbstate_t state{};
+    for (;;) {
+      if (!wait_for_input(*self->seen_)) {
+        self->interrupted_ = true;
+        errno = EINTR;
+        return -1;
+      }
+      char c = 0;
+      const ssize_t n = ::read(STDIN_FILENO, &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return int(n);
+      wchar_t wc = 0;
+      const size_t used = std::mbrtowc(&wc, &c, 1, &state);
+      if (used == size_t(-2)) continue;  // the middle of a multibyte character
+      *out = used == size_t(-1) ? wchar_t(static_cast<unsigned char>(c)) : wc;
+      return 1;
+    }
+  }
+
+  EditLine* editor_;
+  History* history_;
+  std::sig_atomic_t* seen_ = nullptr;
+  bool interrupted_ = false;
+};
+
+// The editor on a terminal; plain reads otherwise (pipes, files, `mk-chat > log`).
+class LineReader {
+ public:
+  LineReader() {
+    if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {
+      std::setlocale(LC_CTYPE, "");  // libedit decodes UTF-8 keys only with the user's locale
+      editor_ = std::make_unique<LineEditor>();
+    }
+  }
+  bool prints_prompt() const { return editor_ != nullptr; }
+  ReadStatus next(std::string& line, std::sig_atomic_t& seen) {
+    return editor_ ? editor_->next(line, seen) : plain_.next(line, seen);
+  }
+
+ private:
+  std::unique_ptr<LineEditor> editor_;
+  PlainReader plain_;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -146,7 +253,9 @@ void print_session_stats(const mk::Session& session, const mk::Engine& engine) {
 }
 
 // One reply, streamed to stdout as it is generated. Returns nullopt when the turn could not start.
-std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& text, const mk::TurnParams& params) {
+// `one_shot`: -p, where there is no /reset to suggest.
+std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& text, const mk::TurnParams& params,
+                                    bool one_shot) {
   bool ends_with_newline = true;
   g_session = &session;
   std::optional<mk::TurnResult> result;
@@ -159,7 +268,9 @@ std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& tex
   } catch (const mk::EngineError& e) {
     g_session = nullptr;
     if (e.kind() == mk::EngineErrorKind::ContextFull)
-      fmt::print(stderr, "error: {}\n[/reset to start a new conversation, or restart with a larger -c]\n", e.what());
+      fmt::print(stderr, "error: {}\n[{}]\n", e.what(),
+                 one_shot ? "use a shorter prompt, or a larger context (-c)"
+                          : "/reset to start a new conversation, or restart with a larger -c");
     else
       fmt::print(stderr, "error: {}\n", e.what());
     return std::nullopt;
@@ -177,27 +288,28 @@ int interactive(mk::Engine& engine, mk::Session& session, const mk::TurnParams& 
   bool interrupted_at_prompt = false;
   std::sig_atomic_t seen = g_interrupts;
   for (;;) {
-    if (tty) {
+    if (tty && !reader.prints_prompt()) {
       fmt::print("> ");
       std::fflush(stdout);
     }
     std::string line;
     const auto status = reader.next(line, seen);
-    if (status == LineReader::Status::EndOfInput) {
-      if (tty) fmt::print("\n");
+    if (status == ReadStatus::EndOfInput) {
+      if (tty && !reader.prints_prompt()) fmt::print("\n");
       return 0;
     }
-    if (status == LineReader::Status::Interrupted) {
+    if (status == ReadStatus::Interrupted) {
       if (interrupted_at_prompt) {
-        fmt::print("\n");
+        if (!reader.prints_prompt()) fmt::print("\n");
         return 0;
       }
       interrupted_at_prompt = true;
-      fmt::print(stderr, "\n(Ctrl-C again to quit, or /quit)\n");
+      fmt::print(stderr, "{}(Ctrl-C again to quit, or /quit)\n", reader.prints_prompt() ? "" : "\n");
       continue;
     }
     interrupted_at_prompt = false;
-    if (line.empty()) continue;
+    // A line of spaces is no message: sending it would cost a whole reply to nothing.
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     if (line == "/quit" || line == "/exit") return 0;
     if (line == "/reset") {
       session.reset();
@@ -212,7 +324,7 @@ int interactive(mk::Engine& engine, mk::Session& session, const mk::TurnParams& 
       fmt::print(stderr, "unknown command {} (commands: /reset, /stats, /quit)\n", line);
       continue;
     }
-    if (const auto r = reply(session, line, params)) print_reply_stats(*r, session);
+    if (const auto r = reply(session, line, params, /*one_shot=*/false)) print_reply_stats(*r, session);
     seen = g_interrupts;  // a Ctrl-C during the reply was for the reply
   }
 }
@@ -232,9 +344,10 @@ int run(int argc, char** argv) {
       ->required();
   app.add_option("--system", system_prompt, "system prompt");
   app.add_option("-p,--prompt", prompt, "answer this prompt, print only the reply and exit");
+  constexpr long long kMaxInt = std::numeric_limits<int>::max();
   app.add_option("-n,--n-predict", params.max_tokens, "tokens per reply at most (-1: until the end of the turn)")
-      ->capture_default_str()->check(CLI::Range(-1, 1 << 30));
-  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(mk::cli::int_range(-1, kMaxInt));
+  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(mk::cli::int_range(1, kMaxInt));
   app.add_option("--temp", params.sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", params.sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", params.sampling.top_p, "top-p (1: off)")->capture_default_str();
@@ -242,7 +355,8 @@ int run(int argc, char** argv) {
   auto* seed = app.add_option("--seed", params.sampling.seed, "sampling seed (default: random)");
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   CLI11_PARSE(app, argc, argv);
-  if (params.max_tokens == 0) mk::fail("-n must be positive, or -1 for no limit");
+  if (params.max_tokens == 0) mk::fail("-n 0: must be positive, or -1 for no limit");
+  mk::validate_sampling(params.sampling, mk::kSamplingFlags);
   if (seed->count() == 0) params.sampling.seed = std::random_device{}();
 
   mk::EngineOptions options;
@@ -262,7 +376,7 @@ int run(int argc, char** argv) {
   install_sigint_handler();
   if (app.count("-p") == 0) return interactive(*engine, *session, params);
 
-  const auto r = reply(*session, prompt, params);
+  const auto r = reply(*session, prompt, params, /*one_shot=*/true);
   if (!r) return 1;
   print_reply_stats(*r, *session);
   return r->stop == mk::StopReason::Cancelled ? 130 : 0;
@@ -275,6 +389,9 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const mk::Error& e) {
     fmt::print(stderr, "mk-chat: error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
+    fmt::print(stderr, "mk-chat: error: out of memory\n");
     return 1;
   }
 }

@@ -5,34 +5,63 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <csignal>
 #include <filesystem>
+#include <limits>
+#include <new>
 
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
+#include "host/tools/cli_checks.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/synthetic_model.h"
 
 namespace {
 
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
+
 mk::DecodeBackend* g_backend = nullptr;
 void on_sigint(int) {
   if (g_backend) g_backend->cancel();
 }
 
-std::vector<int32_t> parse_tokens(const std::string& text) {
-  std::vector<int32_t> out;
-  size_t at = 0;
-  while (at < text.size()) {
+// One id of --tokens, as typed (for messages) and as a number (unless it overflows int64).
+struct TokenArg {
+  std::string text;
+  int64_t value = 0;
+  bool overflow = false;
+};
+
+// "1,2,3" -> ids. Each must be a whole number; whether it is a valid id is checked against the model's
+// vocabulary once it is loaded (check_tokens), so that a too-large id is reported as out of range.
+std::vector<TokenArg> parse_tokens(const std::string& text) {
+  std::vector<TokenArg> out;
+  for (size_t at = 0; at <= text.size();) {
     size_t end = text.find(',', at);
     if (end == std::string::npos) end = text.size();
-    try {
-      out.push_back(std::stoi(text.substr(at, end - at)));
-    } catch (const std::exception&) {
-      mk::fail("--tokens: '{}' is not a comma-separated list of token ids", text);
-    }
+    TokenArg t{text.substr(at, end - at)};
+    t.text.erase(0, t.text.find_first_not_of(' '));
+    t.text.erase(t.text.find_last_not_of(' ') + 1);
+    const char* last = t.text.data() + t.text.size();
+    const auto [stop, ec] = std::from_chars(t.text.data(), last, t.value);
+    t.overflow = ec == std::errc::result_out_of_range;
+    if (t.text.empty() || stop != last || (ec != std::errc() && !t.overflow))
+      mk::fail("--tokens {}: '{}' is not a token id (expected whole numbers separated by commas, e.g. 1,2,3)", text, t.text);
+    out.push_back(std::move(t));
     at = end + 1;
+  }
+  return out;
+}
+
+std::vector<int32_t> check_tokens(const std::vector<TokenArg>& ids, int vocab) {
+  std::vector<int32_t> out;
+  for (const TokenArg& t : ids) {
+    if (t.overflow || t.value < 0 || t.value >= vocab)
+      mk::fail("--tokens: token id {} is out of range: this model's ids are 0 to {} (a vocabulary of {})", t.text,
+               vocab - 1, vocab);
+    out.push_back(int32_t(t.value));
   }
   return out;
 }
@@ -47,23 +76,32 @@ int run(int argc, char** argv) {
   app.add_option("--preset", preset, "a real model's shape with random weights, on the GPU: " +
                                          fmt::format("{}", fmt::join(mk::preset_names(), ", ")));
   app.add_option("-t,--tokens", tokens_text, "prompt token ids, comma-separated")->capture_default_str();
-  app.add_option("-n,--n-predict", n, "tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-n,--n-predict", n, "tokens to generate")->capture_default_str()->check(mk::cli::int_range(0, kMaxInt));
+  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(mk::cli::int_range(1, kMaxInt));
   app.add_option("--temp", sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", sampling.top_p, "top-p")->capture_default_str();
   app.add_option("--min-p", sampling.min_p, "min-p")->capture_default_str();
   app.add_option("--seed", sampling.seed, "sampling seed")->capture_default_str();
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
-  app.add_option("--workgroups", workgroups, "emulator: virtual workgroups")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--workgroups", workgroups, "emulator: virtual workgroups")->capture_default_str()->check(mk::cli::int_range(1, 4096));
   app.add_flag("-q,--quiet", quiet, "print only the summary line");
   CLI11_PARSE(app, argc, argv);
   if (!model_dir.empty() && !preset.empty()) mk::fail("give either -m or --preset, not both");
+  mk::validate_sampling(sampling, mk::kSamplingFlags);
+  const std::vector<TokenArg> token_ids = parse_tokens(tokens_text);
 
   std::string why_no_gpu;
   const bool use_gpu = !force_emulator && mk::gpu_available(&why_no_gpu);
+  // Removes the built-in model's temporary directory on every way out, errors included.
+  struct TempDir {
+    std::filesystem::path path;
+    ~TempDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  } synthetic_dir;
   std::unique_ptr<mk::Model> model;
-  std::filesystem::path synthetic_dir;
   if (!preset.empty()) {
     if (!use_gpu) mk::fail("--preset needs a GPU ({}); use -m with a model directory to run on the emulator",
                            force_emulator ? "--emulator was given" : why_no_gpu);
@@ -73,15 +111,17 @@ int run(int argc, char** argv) {
     model = mk::load_model(model_dir);
   } else {
     // The built-in default: a small synthetic Llama-style model, written once to a temp directory.
-    synthetic_dir = mk::synthetic::make_temp_dir("builtin-model");
+    synthetic_dir.path = mk::synthetic::make_temp_dir("builtin-model");
     mk::synthetic::TinyModelSpec spec;
     spec.hidden = 256, spec.intermediate = 512, spec.layers = 4, spec.heads = 8, spec.kv_heads = 2;
     spec.head_dim = 32, spec.vocab = 1024, spec.eos = {};
-    mk::synthetic::write_tiny_model(synthetic_dir, spec);
-    model = mk::load_model(synthetic_dir);
+    mk::synthetic::write_tiny_model(synthetic_dir.path, spec);
+    model = mk::load_model(synthetic_dir.path);
     fmt::print(stderr, "model: built-in synthetic Llama-style model ({} layers, hidden {}, vocab {}; random weights)\n",
                spec.layers, spec.hidden, spec.vocab);
   }
+
+  const std::vector<int32_t> input = check_tokens(token_ids, model->config.vocab_size);
 
   std::unique_ptr<mk::DecodeBackend> backend;
   if (use_gpu) {
@@ -108,23 +148,29 @@ int run(int argc, char** argv) {
   std::signal(SIGINT, on_sigint);
 
   mk::GenerateRequest req;
-  req.input = parse_tokens(tokens_text);
+  req.input = input;
   req.max_new_tokens = n;
   req.sampling = sampling;
-  if (!quiet) fmt::print("tokens:");
-  const auto result = backend->generate(req, [&](int32_t token) {
-    if (!quiet) {
-      fmt::print(" {}", token);
+  // "tokens:" goes out with the first token, so that a generation that fails before it leaves no empty line.
+  bool printed = false;
+  mk::GenerateResult result;
+  try {
+    result = backend->generate(req, [&](int32_t token) {
+      if (quiet) return;
+      fmt::print("{} {}", printed ? "" : "tokens:", token);
+      printed = true;
       std::fflush(stdout);
-    }
-  });
-  if (!quiet) fmt::print("\n");
+    });
+  } catch (...) {
+    if (printed) fmt::print("\n");
+    throw;
+  }
+  if (printed) fmt::print("\n");
   const auto& s = result.stats;
   fmt::print("{} prompt tokens, {} generated ({}), first token {:.2f} ms, {:.2f} ms/token, {:.1f} tok/s [{}]\n",
              s.ingested_tokens, s.generated_tokens, mk::stop_reason_name(result.stop), s.first_token_seconds * 1e3,
              s.decode_tokens_per_second() > 0 ? 1e3 / s.decode_tokens_per_second() : 0.0, s.decode_tokens_per_second(),
              backend->name());
-  if (!synthetic_dir.empty()) std::filesystem::remove_all(synthetic_dir);
   return 0;
 }
 
@@ -135,6 +181,9 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const mk::Error& e) {
     fmt::print(stderr, "mk-run: error: {}\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
+    fmt::print(stderr, "mk-run: error: out of memory\n");
     return 1;
   }
 }

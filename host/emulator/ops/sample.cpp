@@ -1,5 +1,5 @@
-// The CPU twin of the sample op (device/ops/sample.h): the next token (greedy: the blocks' argmax; else runtime/sampling.h's rule), its callback, and the
-// stop checks.
+// The CPU twin of the sample op (device/ops/sample.h): the next token (greedy: the blocks' argmax; else
+// runtime/sampling.h's rule), its callback, and the stop checks; non-finite logits stop the launch.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -7,6 +7,8 @@ namespace mk::emu {
 void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   StopReason stop = StopReason::None;
   if (int(step) + 1 >= s.run.ingest && s.run.max_new > 0) {
+    const float* l = s.read(c, s.logits, 0, s.logits.data.size());
+    s.check_finite(l, step);
     int32_t token;
     if (s.run.sampling.greedy()) {  // reduce the lm_head blocks' partial argmax (ties: lowest id)
       const float* v = s.read(c, s.lm_best_value, 0, s.lm_best_value.data.size());
@@ -16,14 +18,9 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
         if (v[i] > v[best] || (v[i] == v[best] && id[i] < id[best])) best = i;
       token = id[best];
     } else {
-      const float* l = s.read(c, s.logits, 0, s.logits.data.size());
-      token = sample_token(std::vector<float>(l, l + s.logits.data.size()), s.run.sampling,
-                           uint64_t(s.run.start) + step);
+      token = sample_token(std::vector<float>(l, l + s.logits.data.size()), s.run.sampling, uint64_t(s.run.start) + step);
     }
-    if (s.opt.record_logits) {
-      const float* l = s.read(c, s.logits, 0, s.logits.data.size());
-      s.recorded.emplace_back(l, l + s.logits.data.size());
-    }
+    if (s.opt.record_logits) s.recorded.emplace_back(l, l + s.logits.data.size());
     auto& r = s.run.result;
     if (r.tokens.empty())
       r.stats.first_token_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.run.t0).count();

@@ -1,0 +1,32 @@
+// Bounds for command-line numbers, with messages a person can read. CLI11's own Range prints its limits
+// with std::to_string, so a floating-point bound comes out as 300 digits ("not in range 0.000000 to
+// 17976931348623157..."), and a number too large for the option's type only says "Could not convert".
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <string>
+#include <system_error>
+
+namespace mk::cli {
+
+// A whole number in [min, max]. Runs before CLI11 converts the text, so an overflowing value gets this
+// message too: "--ctx-size: 99999999999 is out of range: expected a whole number from 1 to 2147483647".
+inline CLI::Validator int_range(long long min, long long max) {
+  return CLI::Validator(
+      [min, max](std::string& input) -> std::string {
+        long long value = 0;
+        const char* end = input.data() + input.size();
+        const auto [stop, ec] = std::from_chars(input.data(), end, value);
+        const bool whole = stop == end && !input.empty();
+        if (ec == std::errc() && whole && value >= min && value <= max) return {};
+        if ((ec == std::errc() && whole) || (ec == std::errc::result_out_of_range && whole))
+          return fmt::format("{} is out of range: expected a whole number from {} to {}", input, min, max);
+        return fmt::format("{} is not a whole number (expected one from {} to {})", input, min, max);
+      },
+      fmt::format("INT in [{} - {}]", min, max));
+}
+
+}  // namespace mk::cli
