@@ -5,8 +5,8 @@
 #     warnings as errors, including the GPU test binary and the GPU tools (they run on a GPU machine:
 #     scripts/gpu_check.sh)
 #  3. builds the CPU targets and runs ctest: unit tests, reference vs emulator vs transformers fixtures,
-#     the dependency checker, the tokenizer against its outside reference, and the safetensors fuzzer
-#     for a bounded time.
+#     the dependency checker, the tokenizer against its outside reference, and the fuzzers of the model
+#     file parsers (safetensors, config, tokenizer, chat template) for a bounded time.
 #   scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
