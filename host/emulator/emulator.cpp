@@ -11,6 +11,7 @@
 
 #include "host/emulator/dependency_checker.h"
 #include "runtime/error.h"
+#include "runtime/limits.h"
 #include "runtime/rope.h"
 #include "runtime/schedule_diagnostics.h"
 #include "runtime/weight_layout.h"
@@ -78,7 +79,8 @@ struct Emulator::Impl {
       : model(m), cfg(m.config), opt(o), schedule(std::move(s)) {
     if (schedule.num_workgroups != opt.num_workgroups)
       fail("emulator: schedule built for {} workgroups, options say {}", schedule.num_workgroups, opt.num_workgroups);
-    if (opt.context < 1) fail("emulator: context must be at least 1 token (got {})", opt.context);
+    if (opt.context < 1 || opt.context > limits::kMaxPositions)
+      fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
     if (cfg.sliding_window > 0 && opt.context > cfg.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
     layout = plan_weight_layout(cfg, matrix_dtype_for(model));
@@ -427,7 +429,10 @@ struct Emulator::Impl {
       blocked.push_back({int(w), g.step, !g.gate_passed, schedule.wg_begin[w] + g.pc});
     }
     const std::vector<unsigned> values = schedule.counter_values(counters);
-    fail("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &values));
+    // Nothing of the launch is committed (position and pending token change only after it): the
+    // emulator is as before the call.
+    throw HangError(fmt::format("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &values)),
+                    /*stopped=*/true);
   }
 
   void launch() {
@@ -456,9 +461,7 @@ struct Emulator::Impl {
 
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) {
     const auto input = tokens_to_ingest(req.input, pending, position, opt.context, cfg.vocab_size);
-    if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
-    if (!req.sampling.greedy() && !(req.sampling.top_p > 0.f && req.sampling.top_p <= 1.f))
-      fail("generate: top_p must be in (0, 1] (got {})", req.sampling.top_p);
+    check_request(req);
     cancel_flag = false;
     recorded.clear();
     run = Launch{};
