@@ -155,8 +155,7 @@ class MonokernelBackend final : public GpuBackend {
 
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) override {
     const auto input = tokens_to_ingest(req.input, pending_, position_, opt_.context, cfg_.vocab_size);
-    if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
-    validate_sampling(req.sampling);
+    check_request(req);
     const int max_steps = opt_.context - position_;
     MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data(), input.size() * sizeof(int32_t), hipMemcpyHostToDevice));
     MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));

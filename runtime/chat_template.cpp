@@ -3,12 +3,11 @@
 #include "runtime/chat_template.h"
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
 
 #include <nlohmann/json.hpp>
 
 #include <ctime>
-#include <fstream>
-#include <sstream>
 
 namespace mk {
 
@@ -16,27 +15,32 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open file", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A JSON value for a message: containers by kind, scalars as written (shortened).
+std::string describe(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return fmt::format("an array of {} elements", v.size());
+  const std::string text = v.dump();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
 
 bool contains(std::string_view s, std::string_view what) { return s.find(what) != std::string_view::npos; }
 
-// One code point of possibly invalid UTF-8 at s[i] (invalid bytes read as U+FFFD, length 1).
+// One code point of possibly invalid UTF-8 at s[i]; a byte that does not start a valid sequence reads
+// as U+FFFD of length 1, as Python's decode(errors="replace") makes it (never whitespace). Valid means
+// shortest form, no surrogates, at most U+10FFFF: the second byte's range depends on the first
+// (Unicode Table 3-7), so overlong forms such as E0 80 A0 (a space) are invalid.
 char32_t read_code_point(std::string_view s, size_t i, size_t* len) {
   const auto b0 = static_cast<uint8_t>(s[i]);
   *len = 1;
   if (b0 < 0x80) return b0;
   size_t n = b0 >= 0xF0 && b0 <= 0xF4 ? 4 : b0 >= 0xE0 && b0 <= 0xEF ? 3 : b0 >= 0xC2 && b0 <= 0xDF ? 2 : 0;
   if (n == 0 || i + n > s.size()) return 0xFFFD;
+  const uint8_t lower = b0 == 0xE0 ? 0xA0 : b0 == 0xF0 ? 0x90 : 0x80;
+  const uint8_t upper = b0 == 0xED ? 0x9F : b0 == 0xF4 ? 0x8F : 0xBF;
   char32_t c = b0 & (0x7F >> n);
   for (size_t k = 1; k < n; ++k) {
     const auto b = static_cast<uint8_t>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return 0xFFFD;
+    if (b < (k == 1 ? lower : 0x80) || b > (k == 1 ? upper : 0xBF)) return 0xFFFD;
     c = (c << 6) | (b & 0x3F);
   }
   *len = n;
@@ -165,15 +169,20 @@ ChatTemplate ChatTemplate::from_source(std::string_view tmpl, std::string bos_to
 ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   const auto config_path = model_dir / "tokenizer_config.json";
   if (!std::filesystem::exists(config_path)) fail("{}: file not found (needed for the chat template)", config_path.string());
-  const std::string source = config_path.string();
-  json config;
-  try {
-    config = json::parse(read_text_file(config_path));
-  } catch (const json::parse_error& e) {
-    fail("{}: malformed JSON: {}", source, e.what());
-  }
+  const auto jinja_path = model_dir / "chat_template.jinja";
+  std::optional<std::string> jinja;
+  if (std::filesystem::exists(jinja_path)) jinja = read_model_text_file(jinja_path);
+  return from_config_json(read_model_text_file(config_path), config_path.string(), jinja, jinja_path.string());
+}
+
+ChatTemplate ChatTemplate::from_config_json(std::string_view config_json, std::string_view config_source,
+                                            const std::optional<std::string>& jinja, std::string_view jinja_source) {
+  const std::string source(config_source);
+  const json config = parse_model_json(config_json, source);
   if (!config.is_object()) fail("{}: top level is not a JSON object", source);
 
+  // Only a template that renders bos_token needs it (from_source says so); any other form is ignored, as
+  // the tokenizer reports a malformed "bos_token" itself.
   std::string bos;
   if (const auto it = config.find("bos_token"); it != config.end()) {
     if (it->is_string()) bos = it->get<std::string>();
@@ -186,20 +195,33 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
   if (it != config.end() && it->is_string()) {
     tmpl = it->get<std::string>();
   } else if (it != config.end() && it->is_array()) {
-    for (const json& entry : *it) {
-      if (entry.is_object() && entry.value("name", std::string()) == "default" && entry.contains("template") &&
-          entry["template"].is_string())
+    // [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]: every entry is checked, so a
+    // malformed list is reported as such even when it has a usable "default".
+    bool found = false;
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& entry = (*it)[i];
+      if (!entry.is_object())
+        fail("{}: \"chat_template[{}]\" must be an object {{\"name\", \"template\"}}, found {}", source, i,
+             describe(entry));
+      for (const char* key : {"name", "template"}) {
+        const auto field = entry.find(key);
+        if (field == entry.end() || !field->is_string())
+          fail("{}: \"chat_template[{}].{}\" must be a string, found {}", source, i, key,
+               field == entry.end() ? std::string("nothing") : describe(*field));
+      }
+      if (entry["name"].get<std::string>() == "default") {
         tmpl = entry["template"].get<std::string>();
+        found = true;
+      }
     }
-    if (tmpl.empty()) fail("{}: \"chat_template\" is a list without a \"default\" entry", source);
+    if (!found) fail("{}: \"chat_template\" is a list without a \"default\" entry", source);
   } else if (it != config.end() && !it->is_null()) {
-    fail("{}: \"chat_template\" must be a string or a list of {{\"name\", \"template\"}}", source);
+    fail("{}: \"chat_template\" must be a string or a list of {{\"name\", \"template\"}}, found {}", source,
+         describe(*it));
   } else {
-    const auto jinja_path = model_dir / "chat_template.jinja";
-    if (!std::filesystem::exists(jinja_path))
-      fail("{}: no \"chat_template\" and no {} next to it", source, jinja_path.filename().string());
-    tmpl = read_text_file(jinja_path);
-    tmpl_source = jinja_path.string();
+    if (!jinja) fail("{}: no \"chat_template\" and no {} next to it", source, std::filesystem::path(jinja_source).filename().string());
+    tmpl = *jinja;
+    tmpl_source = std::string(jinja_source);
   }
   return from_source(tmpl, bos, tmpl_source);
 }

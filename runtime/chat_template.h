@@ -48,8 +48,13 @@ enum class ChatFormat { Llama3, Llama31, ChatML, Qwen3 };
 class ChatTemplate {
  public:
   // Reads model_dir/tokenizer_config.json ("chat_template" as a string, or the "default" entry of a list
-  // of {name, template}); if it has none, model_dir/chat_template.jinja.
+  // of {name, template}); if it has none, model_dir/chat_template.jinja. Anything malformed, including
+  // JSON that does not parse and values of the wrong type, is an mk::Error naming the file and the key.
   static ChatTemplate load(const std::filesystem::path& model_dir);
+  // The same from file contents: `jinja` is chat_template.jinja's text when the directory has one.
+  static ChatTemplate from_config_json(std::string_view config_json, std::string_view config_source,
+                                       const std::optional<std::string>& jinja = std::nullopt,
+                                       std::string_view jinja_source = "chat_template.jinja");
   // From a template's source text; bos_token is what the template's {{ bos_token }} renders to.
   static ChatTemplate from_source(std::string_view template_source, std::string bos_token, std::string_view source_name);
 

@@ -1,6 +1,5 @@
 #include "runtime/decode_backend.h"
 
-#include "runtime/error.h"
 
 namespace mk {
 
@@ -20,19 +19,28 @@ double GenerateStats::decode_tokens_per_second() const {
   return generated_tokens > 1 && t > 0 ? double(generated_tokens - 1) / t : 0.0;
 }
 
+void check_request(const GenerateRequest& req) {
+  if (req.max_new_tokens < 0)
+    throw RequestError(fmt::format("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens));
+  // The one sampling rule (runtime/sampling.h), reported as a bad request.
+  if (std::string e = sampling_error(req.sampling, {}); !e.empty()) throw RequestError("generate: " + e);
+}
+
 std::vector<int32_t> tokens_to_ingest(const std::vector<int32_t>& input, int32_t pending_token, int position,
                                       int context, int vocab_size) {
   std::vector<int32_t> tokens;
   if (pending_token >= 0) tokens.push_back(pending_token);
   tokens.insert(tokens.end(), input.begin(), input.end());
-  if (tokens.empty()) fail("generate: nothing to run (empty prompt and no previous reply to continue)");
+  if (tokens.empty()) throw RequestError("generate: nothing to run (empty prompt and no previous reply to continue)");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= vocab_size)
-      fail("generate: token {} at index {} is outside the vocabulary [0, {})", tokens[i], i, vocab_size);
+      throw RequestError(
+          fmt::format("generate: token {} at index {} is outside the vocabulary [0, {})", tokens[i], i, vocab_size));
   if (int64_t(position) + int64_t(tokens.size()) > context)
-    fail("generate: the prompt of {} tokens does not fit the context: {} tokens already in the cache + {} > {} "
-         "(raise the context with -c, or reset the session)",
-         tokens.size(), position, tokens.size(), context);
+    throw RequestError(fmt::format(
+        "generate: the prompt of {} tokens does not fit the context: {} tokens already in the cache + {} > {} "
+        "(raise the context with -c, or reset the session)",
+        tokens.size(), position, tokens.size(), context));
   return tokens;
 }
 

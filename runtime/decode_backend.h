@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/error.h"
 #include "runtime/sampling.h"
 
 namespace mk {
@@ -38,6 +39,32 @@ struct GenerateResult {
 
 using TokenCallback = std::function<void(int32_t token)>;
 
+// A request the backend cannot run as asked: a token outside the vocabulary, a prompt that does not fit
+// the context, a bad sampling parameter. Thrown before anything runs; the backend is unchanged.
+class RequestError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A launch in which no workgroup could make progress: a deadlock of the schedule on the emulator, a hung
+// kernel on the GPU (the watchdog). The message names the stuck instructions and the counters they wait
+// for (runtime/schedule_diagnostics.h).
+//   stopped() true: the launch was stopped and the backend is as it was before the call (KV cache,
+//     position, pending token); tokens already passed to on_token are not part of the sequence.
+//     generate() may be called again.
+//   stopped() false: the GPU kernel did not leave within the grace period after the abort. The device
+//     stays occupied by it; this backend fails every later call with this error, and other work on the
+//     GPU will not run until the process exits. Nothing exits the process here: that is the
+//     application's decision (the command-line tools exit).
+class HangError : public Error {
+ public:
+  HangError(const std::string& message, bool stopped) : Error(message), stopped_(stopped) {}
+  bool stopped() const { return stopped_; }
+
+ private:
+  bool stopped_;
+};
+
 class DecodeBackend {
  public:
   virtual ~DecodeBackend() = default;
@@ -58,8 +85,11 @@ class DecodeBackend {
   virtual std::string name() const = 0;
 };
 
+// The request's own parameters (max_new_tokens, sampling); throws RequestError.
+void check_request(const GenerateRequest& request);
+
 // The tokens a generate() call will run: the pending token (if any) followed by the request's input.
-// Validates against the vocabulary and the context; throws mk::Error naming the limit.
+// Validates against the vocabulary and the context; throws RequestError naming the limit.
 std::vector<int32_t> tokens_to_ingest(const std::vector<int32_t>& input, int32_t pending_token, int position,
                                       int context, int vocab_size);
 

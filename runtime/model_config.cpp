@@ -8,14 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string_view>
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
+#include "runtime/limits.h"
 
 namespace mk {
 
@@ -79,6 +79,18 @@ class Keys {
     return int(integer(key, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
   }
   int optional_int(const char* key, int fallback) const { return has(key) ? required_int(key) : fallback; }
+  // A size in [1, limit]: checked on the JSON value itself, so nothing derived from it can overflow.
+  int size(const char* key, int64_t limit) const {
+    const json& v = get(key);
+    if (!v.is_number_integer()) wrong_type(key, "an integer", v);
+    const bool is_unsigned = v.is_number_unsigned();
+    if (is_unsigned ? v.get<uint64_t>() == 0 : v.get<int64_t>() <= 0)
+      fail("{}: '{}{}' must be positive, found {}", source_, prefix_, key, describe(v));
+    if (is_unsigned ? v.get<uint64_t>() > uint64_t(limit) : v.get<int64_t>() > limit)
+      fail("{}: '{}{}' = {} is larger than the limit of {} (docs/limits.md)", source_, prefix_, key, describe(v), limit);
+    return int(v.get<int64_t>());
+  }
+  int optional_size(const char* key, int fallback, int64_t limit) const { return has(key) ? size(key, limit) : fallback; }
 
   double number(const char* key) const {
     const json& v = get(key);
@@ -111,16 +123,18 @@ class Keys {
   std::vector<int32_t> token_ids(const char* key) const {
     if (!has(key)) return {};
     const json& v = obj_[key];
-    if (v.is_number_integer()) return {int32_t(integer(key, 0, std::numeric_limits<int32_t>::max()))};
+    if (v.is_number_integer()) return {token_id(key)};
     if (!v.is_array()) wrong_type(key, "an integer or a list of integers", v);
     std::vector<int32_t> ids;
     for (const json& id : v) {
-      if (!id.is_number_unsigned() || id.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max()))
-        wrong_type(key, "an integer or a list of non-negative 32-bit integers", v);
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= uint64_t(limits::kMaxVocabSize))
+        fail("{}: '{}{}' must be an integer or a list of integers in [0, {}) (docs/limits.md), found {}", source_,
+             prefix_, key, limits::kMaxVocabSize, describe(v));
       ids.push_back(int32_t(id.get<uint64_t>()));
     }
     return ids;
   }
+  int32_t token_id(const char* key) const { return int32_t(integer(key, 0, limits::kMaxVocabSize - 1)); }
 
   const std::string& source() const { return source_; }
   std::string name(const char* key) const { return prefix_ + key; }  // as written in messages
@@ -136,22 +150,9 @@ class Keys {
 };
 
 json parse_json_object(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    fail("{}: not valid JSON: {}", source, e.what());
-  }
+  json j = parse_model_json(text, source);
   if (!j.is_object()) fail("{}: expected a JSON object at the top level, found {}", source, describe(j));
   return j;
-}
-
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 Arch parse_arch(const json& j, const std::string& source) {
@@ -169,21 +170,14 @@ Arch parse_arch(const json& j, const std::string& source) {
 }
 
 void read_sizes(const Keys& k, ModelConfig& c) {
-  c.hidden_size = k.required_int("hidden_size");
-  c.intermediate_size = k.required_int("intermediate_size");
-  c.num_layers = k.required_int("num_hidden_layers");
-  c.num_heads = k.required_int("num_attention_heads");
-  c.vocab_size = k.required_int("vocab_size");
-  c.num_kv_heads = k.optional_int("num_key_value_heads", c.num_heads);  // absent: multi-head attention
-  c.max_position = k.optional_int("max_position_embeddings", arch_info(c.arch).default_max_position);
-  for (auto [key, value] : {std::pair<const char*, int>{"hidden_size", c.hidden_size},
-                            {"intermediate_size", c.intermediate_size},
-                            {"num_hidden_layers", c.num_layers},
-                            {"num_attention_heads", c.num_heads},
-                            {"num_key_value_heads", c.num_kv_heads},
-                            {"vocab_size", c.vocab_size},
-                            {"max_position_embeddings", c.max_position}})
-    if (value <= 0) fail("{}: '{}' must be positive, found {}", k.source(), key, value);
+  c.hidden_size = k.size("hidden_size", limits::kMaxHiddenSize);
+  c.intermediate_size = k.size("intermediate_size", limits::kMaxIntermediateSize);
+  c.num_layers = k.size("num_hidden_layers", limits::kMaxLayers);
+  c.num_heads = k.size("num_attention_heads", limits::kMaxHeads);
+  c.vocab_size = k.size("vocab_size", limits::kMaxVocabSize);
+  // Absent: multi-head attention. At most num_attention_heads, which it must divide (below).
+  c.num_kv_heads = k.optional_size("num_key_value_heads", c.num_heads, limits::kMaxHeads);
+  c.max_position = k.optional_size("max_position_embeddings", arch_info(c.arch).default_max_position, limits::kMaxPositions);
   if (c.num_heads % c.num_kv_heads != 0)
     fail("{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", k.source(), c.num_heads,
          c.num_kv_heads);
@@ -191,7 +185,7 @@ void read_sizes(const Keys& k, ModelConfig& c) {
 
 void read_head_dim(const Keys& k, ModelConfig& c) {
   if (k.has("head_dim")) {
-    c.head_dim = k.required_int("head_dim");
+    c.head_dim = k.size("head_dim", limits::kMaxHeadDim);
   } else if (c.arch == Arch::Qwen3) {
     c.head_dim = 128;  // Qwen3Config's default; it is not derived from hidden_size there
   } else {
@@ -200,9 +194,17 @@ void read_head_dim(const Keys& k, ModelConfig& c) {
            c.hidden_size, c.num_heads);
     c.head_dim = c.hidden_size / c.num_heads;
   }
-  if (c.head_dim <= 0) fail("{}: 'head_dim' must be positive, found {}", k.source(), c.head_dim);
+  // Derived from hidden_size: within it, but not necessarily within the head size limit.
+  if (c.head_dim > limits::kMaxHeadDim)
+    fail("{}: head_dim ({} = hidden_size / num_attention_heads) is larger than the limit of {} (docs/limits.md)",
+         k.source(), c.head_dim, limits::kMaxHeadDim);
   // RoPE rotates pairs of dimensions.
   if (c.head_dim % 2 != 0) fail("{}: head_dim ({}) must be even for rotary embeddings", k.source(), c.head_dim);
+  // Both factors are bounded, so the product is exact in 64 bits (and, once checked, in int).
+  const int64_t q_dim = int64_t(c.num_heads) * c.head_dim;
+  if (q_dim > limits::kMaxAttentionWidth)
+    fail("{}: num_attention_heads ({}) x head_dim ({}) = {} is larger than the limit of {} (docs/limits.md)", k.source(),
+         c.num_heads, c.head_dim, q_dim, limits::kMaxAttentionWidth);
 }
 
 void check_activation(const Keys& k) {
@@ -335,7 +337,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   read_attention_variant(k, c);
   read_sliding_window(k, c);
   c.eos_token_ids = k.token_ids("eos_token_id");
-  c.bos_token_id = k.has("bos_token_id") ? int32_t(k.integer("bos_token_id", 0, std::numeric_limits<int32_t>::max())) : -1;
+  c.bos_token_id = k.has("bos_token_id") ? k.token_id("bos_token_id") : -1;
   return c;
 }
 
@@ -343,18 +345,17 @@ ModelConfig load_model_config(const std::filesystem::path& dir) {
   const std::filesystem::path config_path = dir / "config.json";
   std::error_code ec;  // the non-throwing overloads: a failure reads as "absent"
   if (!std::filesystem::is_regular_file(config_path, ec)) fail("model config {} not found", config_path.string());
-  ModelConfig c = parse_model_config(read_text_file(config_path), config_path.string());
-
-  // generation_config.json holds the stop tokens that generate() uses; they can differ from
-  // config.json's (instruct models list the end-of-turn token there).
+  ModelConfig c = parse_model_config(read_model_text_file(config_path), config_path.string());
   const std::filesystem::path gen_path = dir / "generation_config.json";
-  if (std::filesystem::is_regular_file(gen_path, ec)) {
-    const std::string source = gen_path.string();
-    const json gen = parse_json_object(read_text_file(gen_path), source);
-    const Keys g(gen, source);
-    if (g.has("eos_token_id")) c.eos_token_ids = g.token_ids("eos_token_id");
-  }
+  if (std::filesystem::is_regular_file(gen_path, ec))
+    apply_generation_config(c, read_model_text_file(gen_path), gen_path.string());
   return c;
+}
+
+void apply_generation_config(ModelConfig& c, const std::string& json_text, const std::string& source) {
+  const json gen = parse_json_object(json_text, source);
+  const Keys g(gen, source);
+  if (g.has("eos_token_id")) c.eos_token_ids = g.token_ids("eos_token_id");
 }
 
 }  // namespace mk

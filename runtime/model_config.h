@@ -40,16 +40,21 @@ struct ModelConfig {
   std::vector<int32_t> eos_token_ids;  // from generation_config.json, else config.json
   int32_t bos_token_id = -1;
 
+  // Exact in int for any parsed config: each factor and the product are bounded (runtime/limits.h).
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   int group_size() const { return num_heads / num_kv_heads; }  // query heads per kv head
 };
 
 // Parses config.json (required) and generation_config.json (optional) in `dir`.
-// Throws mk::Error naming the file and key on anything missing, malformed or unsupported.
+// Throws mk::Error naming the file and key on anything missing, malformed, unsupported or beyond the
+// limits of runtime/limits.h (checked before anything is derived from the value).
 ModelConfig load_model_config(const std::filesystem::path& dir);
 
 // Parses the JSON text of a config.json; `source` names it in error messages.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+
+// Applies the JSON text of a generation_config.json (its "eos_token_id", if any) to `config`.
+void apply_generation_config(ModelConfig& config, const std::string& json_text, const std::string& source);
 
 }  // namespace mk

@@ -5,12 +5,11 @@
 
 #include <fmt/ranges.h>
 
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
 #include "runtime/safetensors.h"
 
 namespace mk {
@@ -43,17 +42,7 @@ DType weight_dtype(const SafetensorsEntry& e, const fs::path& file) {
   fail("tensor {} in {} has dtype {}; expected one of BF16, F16, F32", e.name, file.string(), e.dtype);
 }
 
-json read_json_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read {}", path.string());
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
-    fail("{}: not valid JSON: {}", path.string(), e.what());
-  }
-}
+json read_json_file(const fs::path& path) { return parse_model_json(read_model_text_file(path), path.string()); }
 
 // The safetensors files of one model and which of them holds each tensor.
 class WeightFiles {

@@ -2,6 +2,8 @@
 #include "runtime/tokenizer.h"
 
 #include "runtime/error.h"
+#include "runtime/json_file.h"
+#include "runtime/limits.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -13,10 +15,8 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <optional>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
 namespace mk {
@@ -226,21 +226,14 @@ std::optional<std::string> special_token_string(const json& config, const char* 
   fail("{}: \"{}\" must be a string, {{\"content\": ...}} or null, found {}", source, key, describe(*it));
 }
 
-json parse_json(std::string_view text, std::string_view source) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    fail("{}: malformed JSON: {}", source, e.what());
-  }
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open file", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("{}: read error", path.string());
-  return ss.str();
+// A token id read from `value`: an integer in [0, limits::kMaxVocabSize), else nullopt. The bound is
+// what keeps the id tables (one entry per id up to the largest) small.
+std::optional<int32_t> token_id_of(const json& value) {
+  if (value.is_number_unsigned() && value.get<uint64_t>() < uint64_t(limits::kMaxVocabSize))
+    return static_cast<int32_t>(value.get<uint64_t>());
+  if (value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < limits::kMaxVocabSize)
+    return static_cast<int32_t>(value.get<int64_t>());
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -373,6 +366,7 @@ struct AddedToken {
 class TokenTrie {
  public:
   void insert(std::string_view s, int32_t token_index) {
+    if (s.empty()) return;  // e.g. content that normalises to nothing: it can never match
     int32_t node = 0;
     for (const char ch : s) {
       const uint64_t key = (static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(ch);
@@ -580,6 +574,7 @@ struct Tokenizer::Impl {
       int32_t pos, left, right;
       bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
+    if (piece.size() > size_t(INT32_MAX)) fail("{}: a piece of {} bytes is too long to encode", source, piece.size());
     const auto n = static_cast<int32_t>(piece.size());
     std::vector<Sym> syms(static_cast<size_t>(n));
     for (int32_t i = 0; i < n; ++i) syms[i] = {byte_id[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
@@ -722,7 +717,7 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   Impl& t = *impl;
   t.source = std::string(source_name);
   const std::string_view source = t.source;
-  const json root = parse_json(tokenizer_json, source);
+  const json root = parse_model_json(tokenizer_json, source);
   if (!root.is_object()) fail("{}: top level is not a JSON object", source);
 
   // ---- model ----
@@ -736,8 +731,11 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   }
   if (get_bool(model, "byte_fallback", false, source, "model"))
     fail("{}: unsupported \"model.byte_fallback\": true (SentencePiece-style BPE)", source);
-  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
-    fail("{}: unsupported \"model.dropout\" {}", source, describe(model["dropout"]));
+  if (model.contains("dropout") && !model["dropout"].is_null()) {
+    const json& dropout = model["dropout"];
+    if (!dropout.is_number()) fail("{}: \"model.dropout\" must be a number or null, found {}", source, describe(dropout));
+    if (dropout.get<double>() != 0.0) fail("{}: unsupported \"model.dropout\" {}", source, describe(dropout));
+  }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && !model[key].is_null() && model[key] != "")
       fail("{}: unsupported \"model.{}\" {}", source, key, describe(model[key]));
@@ -750,11 +748,12 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   key_to_id.reserve(vocab.size());
   int32_t max_id = -1;
   for (const auto& [key, value] : vocab.items()) {
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX)
-      fail("{}: \"model.vocab\" entry {} has a bad id {}", source, describe(key), describe(value));
-    const auto id = value.get<int32_t>();
-    key_to_id.emplace(key, id);
-    max_id = std::max(max_id, id);
+    const std::optional<int32_t> id = token_id_of(value);
+    if (!id)
+      fail("{}: \"model.vocab\" entry {} has id {}; ids must be integers in [0, {}) (docs/limits.md)", source,
+           describe(json(key)), describe(value), limits::kMaxVocabSize);
+    key_to_id.emplace(key, *id);
+    max_id = std::max(max_id, *id);
   }
 
   // ---- added tokens ----
@@ -766,12 +765,14 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
       const std::string where = fmt::format("added_tokens[{}]", i);
       const json& id = member(a, "id", source, where);
       const json& content = member(a, "content", source, where);
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-        fail("{}: \"{}.id\" is not a valid token id: {}", source, where, describe(id));
+      const std::optional<int32_t> token_id = token_id_of(id);
+      if (!token_id)
+        fail("{}: \"{}.id\" is {}; ids must be integers in [0, {}) (docs/limits.md)", source, where, describe(id),
+             limits::kMaxVocabSize);
       if (!content.is_string() || content.get<std::string>().empty())
         fail("{}: \"{}.content\" must be a non-empty string", source, where);
       AddedToken tok;
-      tok.id = id.get<int32_t>();
+      tok.id = *token_id;
       tok.content = content.get<std::string>();
       if (!is_valid_utf8(tok.content)) fail("{}: \"{}.content\" is not valid UTF-8", source, where);
       tok.special = get_bool(a, "special", false, source, where);
@@ -868,13 +869,17 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   }
 
   // ---- post-processor (only used by encode(add_special_tokens = true)) ----
+  // What it cannot use is recorded, not rejected: only encode(add_special_tokens = true) needs it.
   {
+    const auto string_at = [](const json& obj, const char* key) {
+      return obj.is_object() && obj.contains(key) && obj[key].is_string() ? obj[key].get<std::string>() : std::string();
+    };
     std::vector<const json*> todo;
     const json post = root.value("post_processor", json());
     if (!post.is_null()) todo.push_back(&post);
-    for (size_t k = 0; k < todo.size(); ++k) {
+    for (size_t k = 0; k < todo.size() && t.post_processor_error.empty(); ++k) {
       const json& p = *todo[k];
-      const std::string type = p.is_object() ? p.value("type", std::string()) : std::string();
+      const std::string type = string_at(p, "type");
       if (type == "Sequence" && p.contains("processors") && p["processors"].is_array()) {
         for (const json& q : p["processors"]) todo.push_back(&q);
       } else if (type == "ByteLevel") {
@@ -882,18 +887,32 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
       } else if (type == "TemplateProcessing" && p.contains("single") && p["single"].is_array()) {
         bool seen_sequence = false;
         for (const json& piece : p["single"]) {
+          if (!piece.is_object()) continue;
           if (piece.contains("Sequence")) {
             seen_sequence = true;
-          } else if (piece.contains("SpecialToken")) {
-            const std::string name = piece["SpecialToken"].value("id", std::string());
-            const json* ids = nullptr;
-            if (p.contains("special_tokens") && p["special_tokens"].contains(name)) ids = &p["special_tokens"][name]["ids"];
-            if (ids == nullptr || !ids->is_array()) {
-              t.post_processor_error = fmt::format("post_processor special token {} has no ids", describe(json(name)));
+            continue;
+          }
+          if (!piece.contains("SpecialToken")) continue;
+          const std::string name = string_at(piece["SpecialToken"], "id");
+          const json* entry = p.contains("special_tokens") && p["special_tokens"].is_object() &&
+                                      p["special_tokens"].contains(name)
+                                  ? &p["special_tokens"][name]
+                                  : nullptr;
+          const json* ids = entry != nullptr && entry->is_object() && entry->contains("ids") ? &(*entry)["ids"] : nullptr;
+          if (ids == nullptr || !ids->is_array()) {
+            t.post_processor_error = fmt::format("post_processor special token {} has no ids", describe(json(name)));
+            break;
+          }
+          for (const json& id : *ids) {
+            const std::optional<int32_t> token = token_id_of(id);
+            if (!token || static_cast<size_t>(*token) >= vocab_size) {
+              t.post_processor_error = fmt::format("post_processor special token {} has id {}, which is not a token",
+                                                   describe(json(name)), describe(id));
               break;
             }
-            for (const json& id : *ids) (seen_sequence ? t.suffix_ids : t.prefix_ids).push_back(id.get<int32_t>());
+            (seen_sequence ? t.suffix_ids : t.prefix_ids).push_back(*token);
           }
+          if (!t.post_processor_error.empty()) break;
         }
       } else {
         t.post_processor_error = fmt::format("unsupported post_processor {}", describe(p));
@@ -902,10 +921,12 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   }
 
   // ---- tokenizer_config.json / generation_config.json ----
+  // Named in messages as the files next to `source` (Tokenizer::load passes the tokenizer.json path).
+  const std::filesystem::path source_dir = std::filesystem::path(source).parent_path();
   Tokenizer tok(std::move(impl));
   if (!tokenizer_config_json.empty()) {
-    const std::string config_source = fmt::format("{} (tokenizer_config.json)", source);
-    const json config = parse_json(tokenizer_config_json, config_source);
+    const std::string config_source = (source_dir / "tokenizer_config.json").string();
+    const json config = parse_model_json(tokenizer_config_json, config_source);
     if (!config.is_object()) fail("{}: top level is not a JSON object", config_source);
     if (const auto bos = special_token_string(config, "bos_token", config_source)) {
       tok.impl_->bos = tok.token_id(*bos);
@@ -918,20 +939,19 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
     }
   }
   if (!generation_config_json.empty()) {
-    const std::string gen_source = fmt::format("{} (generation_config.json)", source);
-    const json gen = parse_json(generation_config_json, gen_source);
+    const std::string gen_source = (source_dir / "generation_config.json").string();
+    const json gen = parse_model_json(generation_config_json, gen_source);
     const json ids = gen.is_object() ? gen.value("eos_token_id", json()) : json();
-    std::vector<int32_t> list;
-    if (ids.is_number_integer()) list.push_back(ids.get<int32_t>());
-    else if (ids.is_array())
-      for (const json& id : ids) {
-        if (!id.is_number_integer()) fail("{}: \"eos_token_id\" must be an integer or a list of integers", gen_source);
-        list.push_back(id.get<int32_t>());
-      }
-    else if (!ids.is_null()) fail("{}: \"eos_token_id\" must be an integer or a list of integers", gen_source);
-    for (const int32_t id : list) {
-      if (id < 0 || static_cast<size_t>(id) >= vocab_size) fail("{}: eos_token_id {} is out of range", gen_source, id);
-      if (std::find(tok.impl_->eos.begin(), tok.impl_->eos.end(), id) == tok.impl_->eos.end()) tok.impl_->eos.push_back(id);
+    if (!ids.is_null() && !ids.is_number_integer() && !ids.is_array())
+      fail("{}: \"eos_token_id\" must be an integer or a list of integers, found {}", gen_source, describe(ids));
+    const json list = ids.is_array() ? ids : ids.is_null() ? json::array() : json::array({ids});
+    for (const json& id : list) {
+      const std::optional<int32_t> token = token_id_of(id);
+      if (!token || static_cast<size_t>(*token) >= vocab_size)
+        fail("{}: \"eos_token_id\" {} is not a token id (the vocabulary has ids [0, {}))", gen_source, describe(id),
+             vocab_size);
+      if (std::find(tok.impl_->eos.begin(), tok.impl_->eos.end(), *token) == tok.impl_->eos.end())
+        tok.impl_->eos.push_back(*token);
     }
   }
   return tok;
@@ -943,9 +963,10 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   const auto generation_path = model_dir / "generation_config.json";
   if (!std::filesystem::exists(tokenizer_path)) fail("{}: file not found (a Hugging Face tokenizer.json is required)", tokenizer_path.string());
   if (!std::filesystem::exists(config_path)) fail("{}: file not found (required next to tokenizer.json)", config_path.string());
-  const std::string tokenizer_json = read_file(tokenizer_path);
-  const std::string config_json = read_file(config_path);
-  const std::string generation_json = std::filesystem::exists(generation_path) ? read_file(generation_path) : std::string();
+  const std::string tokenizer_json = read_model_text_file(tokenizer_path);
+  const std::string config_json = read_model_text_file(config_path);
+  const std::string generation_json =
+      std::filesystem::exists(generation_path) ? read_model_text_file(generation_path) : std::string();
   return from_json(tokenizer_json, config_json, generation_json, tokenizer_path.string());
 }
 

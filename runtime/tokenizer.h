@@ -40,7 +40,8 @@ class Tokenizer {
   // model_dir/generation_config.json (extra end-of-sequence ids).
   static Tokenizer load(const std::filesystem::path& model_dir);
   // From file contents; tokenizer_config_json / generation_config_json may be empty. `source` names the
-  // origin in error messages.
+  // tokenizer.json in error messages; the other two are named as the files next to it. Ids are bounded
+  // (limits::kMaxVocabSize, runtime/limits.h) before any table is sized by them.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
                              std::string_view generation_config_json, std::string_view source);
 

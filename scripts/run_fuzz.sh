@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# Fuzzes the safetensors header parser with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer.
-#   scripts/run_fuzz.sh [seconds, default 60]
-# Builds build-fuzz/fuzz_safetensors straight from the sources it needs (no CMake: the sanitizer and
-# fuzzer flags must apply to these files only), seeds a scratch corpus from tests/fuzz/corpus and runs.
-# Exits non-zero on any crash, sanitizer report, uncaught exception or timeout; the input that caused
-# it is left in build-fuzz/ as crash-*, timeout-* or oom-*.
+# Fuzzes a parser of untrusted model files with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer.
+#   scripts/run_fuzz.sh [seconds, default 60] [target, default safetensors]
+# Targets (tests/fuzz/fuzz_<target>.cpp; each states its input format and invariants):
+#   safetensors    the safetensors header parser
+#   config         config.json + generation_config.json
+#   tokenizer      tokenizer.json loading, then encode/decode (+ tokenizer_config / generation_config)
+#   chat_template  chat-template loading (tokenizer_config.json, chat_template.jinja) and rendering
+# Builds build-fuzz/fuzz_<target> straight from the sources it needs (no CMake: the sanitizer and
+# fuzzer flags must apply to these files only), seeds a scratch corpus from the committed seeds
+# (tests/fuzz/corpus for safetensors, tests/fuzz/corpus_<target> for the others) and runs. Exits
+# non-zero on any crash, sanitizer report, uncaught exception, violated invariant, timeout or memory
+# blow-up; the input that caused it is left in build-fuzz/ as <target>-crash-*, -timeout-* or -oom-*.
+# The last lines are libFuzzer's final stats (executions) and "DONE cov: ... ft: ..." (coverage).
 set -euo pipefail
 
 seconds="${1:-60}"
+target="${2:-safetensors}"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$repo/build-fuzz"
 
-# clang with compiler-rt for -fsanitize=fuzzer, plus the libraries the parser uses. Installed when
+# clang with compiler-rt for -fsanitize=fuzzer, plus the libraries the parsers use. Installed when
 # missing and we are root on a Debian-like system; otherwise the missing packages are named.
 ensure_prerequisites() {
   local missing=()
-  for pkg in clang libclang-rt-14-dev libfmt-dev nlohmann-json3-dev; do
+  for pkg in clang libclang-rt-14-dev libfmt-dev nlohmann-json3-dev libpcre2-dev libicu-dev; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   [ ${#missing[@]} -eq 0 ] && return
@@ -40,29 +48,54 @@ pick_compiler() {
   exit 1
 }
 
+# Per target: the sources beside the fuzz target, the libraries, the seed corpus.
+# -max_len: inputs of a few KiB reach every branch of the small formats; tokenizer.json needs a
+# vocabulary of 256 byte tokens (about 2.5 KiB) before anything past the loader runs.
+libs=(-lfmt)
+case "$target" in
+  safetensors)
+    sources=(runtime/safetensors.cpp runtime/dtype.cpp)
+    seeds="$repo/tests/fuzz/corpus" corpus="$out/corpus" max_len=8192 ;;
+  config)
+    sources=(runtime/model_config.cpp runtime/weight_layout.cpp runtime/schedule.cpp runtime/dtype.cpp)
+    seeds="$repo/tests/fuzz/corpus_config" corpus="$out/corpus_config" max_len=4096 ;;
+  tokenizer)
+    sources=(runtime/tokenizer.cpp)
+    libs+=($(pkg-config --libs libpcre2-8 icu-uc))
+    seeds="$repo/tests/fuzz/corpus_tokenizer" corpus="$out/corpus_tokenizer" max_len=16384 ;;
+  chat_template)
+    sources=(runtime/chat_template.cpp)
+    seeds="$repo/tests/fuzz/corpus_chat_template" corpus="$out/corpus_chat_template" max_len=8192 ;;
+  *)
+    echo "run_fuzz.sh: unknown target '$target' (safetensors, config, tokenizer, chat_template)" >&2
+    exit 2 ;;
+esac
+
 ensure_prerequisites
 cxx="$(pick_compiler)"
 mkdir -p "$out"
+binary="$out/fuzz_$target"
 
-echo "run_fuzz.sh: building $out/fuzz_safetensors with $cxx"
+echo "run_fuzz.sh: building $binary with $cxx"
 "$cxx" -std=c++20 -g -O1 -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -I"$repo" \
-  "$repo/tests/fuzz/fuzz_safetensors.cpp" \
-  "$repo/runtime/safetensors.cpp" \
-  "$repo/runtime/dtype.cpp" \
-  -lfmt -o "$out/fuzz_safetensors"
+  "$repo/tests/fuzz/fuzz_$target.cpp" \
+  "${sources[@]/#/$repo/}" \
+  "${libs[@]}" -o "$binary"
 
 # New inputs go to a scratch corpus so that the checked-in seeds stay small and reviewed.
-corpus="$out/corpus"
 mkdir -p "$corpus"
-cp -n "$repo"/tests/fuzz/corpus/* "$corpus"/ 2>/dev/null || true
+cp -n "$seeds"/* "$corpus"/ 2>/dev/null || true
 
-echo "run_fuzz.sh: fuzzing for ${seconds}s"
-# -timeout: a single input taking 10 s means a quadratic (or worse) path in the parser.
-# -max_len: headers of a few KiB reach every branch; longer inputs only slow the search.
-"$out/fuzz_safetensors" \
-  -max_total_time="$seconds" -timeout=10 -max_len=8192 -print_final_stats=1 \
-  -dict="$repo/tests/fuzz/safetensors.dict" -artifact_prefix="$out/" \
+dict=()
+[ -f "$repo/tests/fuzz/$target.dict" ] && dict=(-dict="$repo/tests/fuzz/$target.dict")
+echo "run_fuzz.sh: fuzzing $target for ${seconds}s"
+# -timeout: a single input taking 10 s means a quadratic (or worse) path.
+# -rss_limit_mb / -malloc_limit_mb: an input that makes a parser allocate more than 2 GiB at once is a
+# finding (sizes must be bounded before allocating).
+"$binary" \
+  -max_total_time="$seconds" -timeout=10 -max_len="$max_len" -rss_limit_mb=2560 -malloc_limit_mb=2048 \
+  -print_final_stats=1 "${dict[@]}" -artifact_prefix="$out/$target-" \
   "$corpus"
-echo "run_fuzz.sh: no crashes in ${seconds}s"
+echo "run_fuzz.sh: no crashes in ${seconds}s ($target)"

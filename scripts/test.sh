@@ -7,7 +7,8 @@
 #     scripts/gpu_check.sh)
 #  3. builds the CPU targets and runs ctest: unit tests, reference vs emulator vs transformers fixtures,
 #     the dependency checker, the tokenizer against its outside reference, mk-server over HTTP (the
-#     openai client, malformed requests, load), and the safetensors fuzzer for a bounded time.
+#     openai client, malformed requests, load), and the fuzzers of the model file parsers (safetensors,
+#     config, tokenizer, chat template) for a bounded time.
 #   scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

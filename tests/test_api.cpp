@@ -92,6 +92,77 @@ TEST(Capi, OpenErrorsAreCodesWithMessages) {
   EXPECT_STREQ(mk_status_name(MK_ERROR_CONTEXT_FULL), "MK_ERROR_CONTEXT_FULL");
 }
 
+// Issue 18: each broken file gets MK_ERROR_BAD_MODEL with the file (and key) named, never
+// MK_ERROR_INTERNAL with nlohmann's text.
+TEST(Capi, BrokenModelFilesAreBadModelNamingTheFile) {
+  const mk_model_options o = emulator();
+  mk_model* model = nullptr;
+  char err[1024];
+  {
+    const mk::test::ScopedTinyChatModel dir("api-cfg-overflow");
+    std::ofstream(dir.dir / "tokenizer_config.json") << "574876e478s";  // finding 1
+    EXPECT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_ERROR_BAD_MODEL);
+    EXPECT_THAT(err, HasSubstr((dir.dir / "tokenizer_config.json").string() + ": not valid JSON"));
+    EXPECT_THAT(err, HasSubstr("number overflow"));
+  }
+  {
+    const mk::test::ScopedTinyChatModel dir("api-cfg-type");
+    std::ofstream(dir.dir / "tokenizer_config.json") << R"({"chat_template":[{"name":1}]})";  // finding 2
+    ASSERT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_OK) << err;  // a template is optional
+    mk_session* session = nullptr;
+    ASSERT_EQ(mk_session_create(model, nullptr, &session), MK_OK);
+    EXPECT_EQ(mk_generate(session, "hi", nullptr, nullptr, nullptr), MK_ERROR_BAD_MODEL);
+    EXPECT_THAT(mk_session_last_error(session),
+                HasSubstr((dir.dir / "tokenizer_config.json").string() + ": \"chat_template[0].name\" must be a string"));
+    mk_session_destroy(session);
+    mk_model_close(model);
+  }
+  {
+    const mk::test::ScopedTinyChatModel dir("api-vocab");
+    std::ofstream(dir.dir / "tokenizer.json")
+        << R"({"model":{"type":"BPE","vocab":{"a":2147483647},"merges":[]},"pre_tokenizer":{"type":"ByteLevel"}})";  // finding 3
+    EXPECT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_ERROR_BAD_MODEL);
+    EXPECT_THAT(err, HasSubstr("tokenizer.json: \"model.vocab\" entry \"a\" has id 2147483647"));
+  }
+  {
+    const mk::test::ScopedTinyChatModel dir("api-limits");
+    std::ifstream in(dir.dir / "config.json");
+    std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = config.find("\"num_hidden_layers\"");
+    ASSERT_NE(at, std::string::npos);
+    config.insert(at, "\"head_dim\": 1073741840, ");  // finding 4
+    std::ofstream(dir.dir / "config.json") << config;
+    EXPECT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_ERROR_BAD_MODEL);
+    EXPECT_THAT(err, HasSubstr("config.json: 'head_dim' = 1073741840 is larger than the limit of 1024"));
+  }
+}
+
+TEST(Capi, OptionsBeyondTheirLimitsAreInvalidArguments) {
+  mk_model* model = nullptr;
+  char err[512];
+  mk_model_options o = emulator(16777217);
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(err, HasSubstr("context must be between 1 and 16777216"));
+  o = emulator();
+  o.emulator_workgroups = 1 << 30;
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(err, HasSubstr("emulator_workgroups must be at most 4096"));
+}
+
+// The tiny chat model's vocabulary is printable ASCII: "é" has byte tokens beyond it. That is the
+// prompt's problem (MK_ERROR_INVALID_ARGUMENT), not a backend failure, and the session is unchanged.
+TEST(Capi, APromptOutsideTheVocabularyIsAnInvalidArgument) {
+  Opened o;
+  mk_generate_params p = params(4);
+  EXPECT_EQ(mk_generate(o.session, "caf\xC3\xA9", &p, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("outside the vocabulary"));
+  mk_stats s;
+  mk_session_stats(o.session, &s);
+  EXPECT_EQ(s.context_tokens, 0);
+  EXPECT_EQ(s.turns, 0);
+  EXPECT_EQ(mk_generate(o.session, "cafe", &p, nullptr, nullptr), MK_OK) << mk_session_last_error(o.session);
+}
+
 TEST(Capi, TokenizeAndDetokenizeWithSizeQueries) {
   Opened o;
   const std::string text = "hello world<|im_end|>";

@@ -76,8 +76,46 @@ TEST(ChatTemplate, LoadReadsConfigListOrJinjaFile) {
 
   write("tokenizer_config.json", "{\"chat_template\": ");
   msg = error_of([&] { ChatTemplate::load(dir); });
-  EXPECT_NE(msg.find("malformed JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
   std::filesystem::remove_all(dir);
+}
+
+// Issue 18, findings 1 and 2: nlohmann's out_of_range.406 and type_error.302 escaped load(); both are
+// now mk::Error naming tokenizer_config.json (and the key, where there is one).
+TEST(ChatTemplate, MalformedConfigValuesNameTheFileAndKey) {
+  const auto dir = std::filesystem::temp_directory_path() / ("mk_chat_bad_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto config = (dir / "tokenizer_config.json").string();
+  const auto load_error = [&](const std::string& text) {
+    std::ofstream(dir / "tokenizer_config.json") << text;
+    return error_of([&] { ChatTemplate::load(dir); });
+  };
+  std::string msg = load_error("574876e478s");
+  EXPECT_EQ(msg.find(config + ": not valid JSON"), 0u) << msg;
+  EXPECT_NE(msg.find("number overflow"), std::string::npos) << msg;
+  msg = load_error(R"({"chat_template":[{"name":1}]})");
+  EXPECT_EQ(msg, config + ": \"chat_template[0].name\" must be a string, found 1");
+  msg = load_error(R"({"chat_template":[{"name":"default"}]})");
+  EXPECT_EQ(msg, config + ": \"chat_template[0].template\" must be a string, found nothing");
+  msg = load_error(R"({"chat_template":[[]]})");
+  EXPECT_EQ(msg, config + ": \"chat_template[0]\" must be an object {\"name\", \"template\"}, found an array of 0 elements");
+  msg = load_error(R"({"chat_template":7})");
+  EXPECT_NE(msg.find("\"chat_template\" must be a string or a list of {\"name\", \"template\"}, found 7"), std::string::npos) << msg;
+  std::filesystem::remove_all(dir);
+}
+
+// Issue 18, finding 5: E0 80 A0 is an overlong form of U+0020. Python decodes it as three U+FFFD, so
+// str.strip() keeps it; read as a space, the Llama templates' trim removed it.
+TEST(ChatTemplate, InvalidUtf8IsNeverWhitespace) {
+  EXPECT_EQ(python_strip("\xE0\x80\xA0x\xE0\x80\xA0"), "\xE0\x80\xA0x\xE0\x80\xA0");
+  EXPECT_EQ(python_strip(" \xE0\x80\xA0 "), "\xE0\x80\xA0");
+  EXPECT_EQ(python_strip("\xC0\xA0x"), "\xC0\xA0x");                  // 2-byte overlong space
+  EXPECT_EQ(python_strip("\xF0\x80\x80\xA0x"), "\xF0\x80\x80\xA0x");  // 4-byte overlong space
+  EXPECT_EQ(python_strip("\xED\xA0\x80 "), "\xED\xA0\x80");          // a surrogate: invalid in UTF-8
+  EXPECT_EQ(python_strip("\xF4\x90\x80\x80 "), "\xF4\x90\x80\x80");  // beyond U+10FFFF
+  EXPECT_EQ(python_strip("\xE3\x80\x80x\xE2\x80\xA8"), "x");         // U+3000 and U+2028 are whitespace
+  const ChatTemplate t = ChatTemplate::from_source(kLlama3, "<|begin_of_text|>", "t");
+  EXPECT_NE(t.render({{"user", "\xE0\x80\xA0hi"}}, false).find("\n\n\xE0\x80\xA0hi<|eot_id|>"), std::string::npos);
 }
 
 TEST(ChatTemplate, PythonStripSemantics) {

@@ -435,6 +435,37 @@ TEST(Emulator, ReportsADeadlockNamingTheStuckInstruction) {
   EXPECT_THAT(msg, HasSubstr("counter 'layer 0 o_proj'"));
 }
 
+// A deadlock is a HangError (the GPU watchdog's error too) that leaves the backend as it was: nothing of
+// the launch is committed, so the next generate() runs from the same state (and deadlocks the same way).
+TEST(Emulator, ADeadlockIsAStoppedHangThatChangesNothing) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "deadlock-state");
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 16;
+  auto s = build_schedule(model->config, ScheduleParams{4, 0});
+  for (auto& in : s.instrs)
+    if (in.op == Op::GateUp && in.layer == 1) in.waits[0].per_step += 1;
+  Emulator emu(*model, s, opt);
+  GenerateRequest req;
+  req.input = {1, 2, 3};
+  req.max_new_tokens = 4;
+  std::string first;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      emu.generate(req, {});
+      FAIL() << "no hang";
+    } catch (const HangError& e) {
+      EXPECT_TRUE(e.stopped());
+      EXPECT_THAT(e.what(), HasSubstr("layer 1 gate_up rows"));
+      if (attempt == 0) first = e.what();
+      else EXPECT_EQ(e.what(), first);
+    }
+    EXPECT_EQ(emu.position(), 0);
+  }
+}
+
 TEST(Emulator, MultiTurnContinuesFromTheCache) {
   TinyModelSpec spec;
   spec.eos = {};

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
@@ -424,6 +425,99 @@ TEST(Engine, ASessionUsedFromTwoThreadsAtOnceIsBusy) {
   EXPECT_THROW(session->reset(), EngineError);
   session->cancel();
   EXPECT_EQ(reply.get().stop, StopReason::Cancelled);
+}
+
+// The emulator whose n-th launch runs a schedule that deadlocks (the CPU side of a hung GPU launch);
+// every other launch runs the model's own schedule. The two share nothing, but after a failed launch
+// the engine resets the backend and re-ingests the conversation, so only the healthy one's cache matters.
+class DeadlocksOnce final : public DecodeBackend {
+ public:
+  DeadlocksOnce(const Model& model, int hang_on_call) : hang_on_call_(hang_on_call) {
+    EmulatorOptions o;
+    o.num_workgroups = 8;
+    o.context = 512;
+    o.check_dependencies = false;
+    Schedule s = build_schedule(model.config, ScheduleParams{8, 0});
+    for (auto& in : s.instrs)
+      if (in.op == Op::GateUp && in.layer == 1) in.waits[0].per_step += 1;
+    hung_ = std::make_unique<Emulator>(model, std::move(s), o);
+    healthy_ = std::make_unique<Emulator>(model, o);
+  }
+  GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) override {
+    return (++calls_ == hang_on_call_ ? *hung_ : *healthy_).generate(req, on_token);
+  }
+  void cancel() override { hung_->cancel(), healthy_->cancel(); }
+  void reset() override { hung_->reset(), healthy_->reset(); }
+  int position() const override { return healthy_->position(); }
+  int context() const override { return healthy_->context(); }
+  std::string name() const override { return "emulator that deadlocks once"; }
+
+ private:
+  std::unique_ptr<Emulator> hung_, healthy_;
+  int hang_on_call_, calls_ = 0;
+};
+
+// A hang (here the emulator's deadlock) is a Backend error naming the stuck instruction; the session goes
+// on without the failed turn, and its next reply is the one a session that never saw that turn gives.
+TEST(Engine, AHungLaunchIsABackendErrorAndTheSessionGoesOn) {
+  const auto model = load_model(tiny_chat_dir().dir);
+  const auto& d = tiny_chat_dir();
+  const auto engine_hanging_on = [&](int call) {
+    return std::make_unique<Engine>(Tokenizer::load(d.dir), ChatTemplate::load(d.dir), "", model->config.eos_token_ids,
+                                    [&model, call] { return std::unique_ptr<DecodeBackend>(new DeadlocksOnce(*model, call)); });
+  };
+  auto engine = engine_hanging_on(2);
+  auto session = engine->create_session();
+  const std::string first = session->chat("Hello there", greedy(6), {}).text;
+  try {
+    session->chat("This turn hangs", greedy(6), {});
+    FAIL() << "no error";
+  } catch (const EngineError& e) {
+    EXPECT_EQ(e.kind(), EngineErrorKind::Backend);
+    EXPECT_FALSE(e.device_lost());
+    EXPECT_THAT(e.what(), HasSubstr("deadlock"));
+    EXPECT_THAT(e.what(), HasSubstr("layer 1 gate_up rows"));
+  }
+  EXPECT_EQ(session->history().size(), 2u) << "the failed turn is not in the conversation";
+  const TurnResult third = session->chat("And now?", greedy(6), {});
+  EXPECT_EQ(session->stats().turns, 2);
+
+  auto reference_engine = engine_hanging_on(-1);
+  auto reference = reference_engine->create_session();
+  EXPECT_EQ(reference->chat("Hello there", greedy(6), {}).text, first);
+  EXPECT_EQ(reference->chat("And now?", greedy(6), {}).text, third.text);
+  EXPECT_EQ(session->stats().context_tokens, reference->stats().context_tokens);
+}
+
+// Status codes say what is wrong: a prompt the model's vocabulary cannot hold is the caller's
+// argument, not a backend failure, and leaves the session as it was.
+TEST(Engine, APromptWithTokensTheModelLacksIsAnInvalidArgument) {
+  auto engine = open_emulator();
+  auto session = engine->create_session();
+  try {
+    session->chat("caf\xC3\xA9", greedy(4), {});  // the tiny model's vocabulary is printable ASCII
+    FAIL() << "no error";
+  } catch (const EngineError& e) {
+    EXPECT_EQ(e.kind(), EngineErrorKind::InvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("outside the vocabulary"));
+  }
+  EXPECT_EQ(session->stats().context_tokens, 0);
+  EXPECT_EQ(session->chat("cafe", greedy(4), {}).stop, StopReason::MaxTokens);
+}
+
+TEST(Engine, OpenOptionsAreBounded) {
+  EngineOptions o;
+  o.backend = BackendChoice::Emulator;
+  for (const auto& [context, workgroups, device] : {std::tuple{(1 << 24) + 1, 16, 0}, std::tuple{0, 4097, 0},
+                                                   std::tuple{0, 16, -1}, std::tuple{-1, 16, 0}}) {
+    o.context = context, o.emulator_workgroups = workgroups, o.gpu_device = device;
+    try {
+      Engine::open(tiny_chat_dir().dir, o);
+      ADD_FAILURE() << context << " " << workgroups << " " << device;
+    } catch (const EngineError& e) {
+      EXPECT_EQ(e.kind(), EngineErrorKind::InvalidArgument) << e.what();
+    }
+  }
 }
 
 TEST(Engine, SessionsHaveTheirOwnCacheAndOutliveTheEngine) {

@@ -197,7 +197,7 @@ TEST(ModelConfig, WrongKeyType) {
   EXPECT_THAT(parse_error(j), HasSubstr("'rope_scaling' must be an object, found \"llama3\""));
   j = minimal();
   j["eos_token_id"] = {1, "two"};
-  EXPECT_THAT(parse_error(j), HasSubstr("'eos_token_id' must be an integer or a list of non-negative 32-bit integers"));
+  EXPECT_THAT(parse_error(j), HasSubstr("'eos_token_id' must be an integer or a list of integers in [0, 4194304)"));
   j = minimal();
   j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", "8"}};
   EXPECT_THAT(parse_error(j), HasSubstr("'rope_scaling.factor' must be a number, found \"8\""));
@@ -219,13 +219,62 @@ TEST(ModelConfig, SizesMustBePositiveAndInRange) {
   EXPECT_THAT(parse_error(j), HasSubstr("'intermediate_size' must be positive, found 0"));
   j = minimal();
   j["vocab_size"] = 10000000000;
-  EXPECT_THAT(parse_error(j), HasSubstr("'vocab_size' = 10000000000 is out of range"));
+  EXPECT_THAT(parse_error(j), HasSubstr("'vocab_size' = 10000000000 is larger than the limit of 4194304"));
   j = minimal();
   j["rms_norm_eps"] = 0;
   EXPECT_THAT(parse_error(j), HasSubstr("'rms_norm_eps' must be a positive number"));
   j = minimal();
   j["head_dim"] = -8;
   EXPECT_THAT(parse_error(j), HasSubstr("'head_dim' must be positive, found -8"));
+}
+
+// Issue 18, finding 4: 4 x head_dim overflowed int (to 64), so q_dim() matched [64, 64] tensors.
+TEST(ModelConfig, HugeHeadDimIsRejectedBeforeAnyProductIsFormed) {
+  const std::string text =
+      R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,)"
+      R"("num_attention_heads":4,"vocab_size":114,"head_dim":1073741840})";
+  const std::string msg = error_of([&] { parse_model_config(text, kSource); });
+  EXPECT_THAT(msg, HasSubstr(kSource));
+  EXPECT_THAT(msg, HasSubstr("'head_dim' = 1073741840 is larger than the limit of 1024"));
+}
+
+TEST(ModelConfig, EverySizeHasAnUpperLimit) {
+  const std::pair<const char*, int64_t> limits[] = {
+      {"hidden_size", 65536},        {"intermediate_size", 262144}, {"num_hidden_layers", 1024},
+      {"num_attention_heads", 1024}, {"num_key_value_heads", 1024}, {"vocab_size", 4194304},
+      {"head_dim", 1024},            {"max_position_embeddings", 16777216}};
+  for (const auto& [key, limit] : limits) {
+    json j = minimal();
+    j[key] = limit + 1;
+    EXPECT_THAT(parse_error(j), HasSubstr(fmt::format("'{}' = {} is larger than the limit of {}", key, limit + 1, limit)));
+    j[key] = uint64_t(1) << 63;  // stored unsigned by the parser: must not wrap to a negative int64
+    EXPECT_THAT(parse_error(j), HasSubstr(fmt::format("is larger than the limit of {}", limit)));
+  }
+  json j = minimal();
+  j["max_position_embeddings"] = 16777216;
+  EXPECT_EQ(parse(j).max_position, 16777216);
+  j = minimal();
+  j["bos_token_id"] = 4194304;
+  EXPECT_THAT(parse_error(j), HasSubstr("'bos_token_id' = 4194304 is out of range [0, 4194303]"));
+  j = minimal();
+  j["eos_token_id"] = 4194304;
+  EXPECT_THAT(parse_error(j), HasSubstr("'eos_token_id' = 4194304 is out of range [0, 4194303]"));
+}
+
+TEST(ModelConfig, AttentionWidthIsBounded) {
+  // Each factor within its limit, the product not: 1024 heads x 1024 = 2^20 > 2^17.
+  json j = minimal();
+  j["num_attention_heads"] = 1024;
+  j["num_key_value_heads"] = 1;
+  j["head_dim"] = 1024;
+  EXPECT_THAT(parse_error(j), HasSubstr("num_attention_heads (1024) x head_dim (1024) = 1048576 is larger than the limit of 131072"));
+  j["head_dim"] = 128;  // 2^17 exactly: accepted
+  EXPECT_EQ(parse(j).q_dim(), 131072);
+  // head_dim derived from hidden_size: bounded too.
+  j = minimal();
+  j["hidden_size"] = 4096;
+  j["num_attention_heads"] = 2;
+  EXPECT_THAT(parse_error(j), HasSubstr("head_dim (2048 = hidden_size / num_attention_heads) is larger than the limit of 1024"));
 }
 
 TEST(ModelConfig, HeadCountsMustDivide) {
@@ -339,6 +388,18 @@ TEST_F(ModelConfigDir, MalformedConfigJson) {
   EXPECT_THAT(error_of([&] { load_model_config(dir_); }), HasSubstr("number overflow"));
   write("config.json", "[1, 2]");
   EXPECT_THAT(error_of([&] { load_model_config(dir_); }), HasSubstr("expected a JSON object at the top level"));
+}
+
+TEST_F(ModelConfigDir, DeeplyNestedOrHugeFilesAreRejected) {
+  write("config.json", std::string(100000, '[') + std::string(100000, ']'));
+  std::string msg = error_of([&] { load_model_config(dir_); });
+  EXPECT_THAT(msg, HasSubstr((dir_ / "config.json").string()));
+  EXPECT_THAT(msg, HasSubstr("nested deeper than 64 levels"));
+  write("config.json", minimal().dump());
+  std::ofstream(dir_ / "generation_config.json").seekp((int64_t(1) << 28) + 1) << ' ';  // sparse: no disk used
+  msg = error_of([&] { load_model_config(dir_); });
+  EXPECT_THAT(msg, HasSubstr((dir_ / "generation_config.json").string()));
+  EXPECT_THAT(msg, HasSubstr("is larger than the 268435456 bytes a model JSON file may have"));
 }
 
 TEST_F(ModelConfigDir, MalformedGenerationConfig) {

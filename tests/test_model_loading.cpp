@@ -211,6 +211,24 @@ TEST_F(Loader, MalformedConfigJson) {
   EXPECT_THAT(msg, HasSubstr("not valid JSON"));
 }
 
+// Issue 18, finding 4: with head_dim = 1073741840, 4 x head_dim wrapped to 64 in int, so k/v tensors of
+// [64, 64] matched the config and the model loaded (and asked for 128 GiB when packed).
+TEST(LoaderLimits, AConfigWhoseProductsWrapIsRejectedEvenWhenTheTensorsMatchTheWrappedValue) {
+  const fs::path dir = test::make_temp_dir("load-wrap");
+  test::TinyModelSpec spec;
+  spec.hidden = 64, spec.intermediate = 96, spec.layers = 1, spec.heads = 4, spec.kv_heads = 4, spec.head_dim = 16;
+  spec.vocab = 114;
+  test::write_tiny_model(dir, spec);
+  ASSERT_NO_THROW(load_model(dir));
+  std::ofstream(dir / "config.json")
+      << R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,"intermediate_size":96,"num_hidden_layers":1,)"
+         R"("num_attention_heads":4,"num_key_value_heads":4,"vocab_size":114,"head_dim":1073741840})";
+  const std::string msg = error_of([&] { load_model(dir); });
+  EXPECT_THAT(msg, HasSubstr((dir / "config.json").string()));
+  EXPECT_THAT(msg, HasSubstr("'head_dim' = 1073741840 is larger than the limit of 1024"));
+  fs::remove_all(dir);
+}
+
 TEST_F(Loader, NoWeightFiles) {
   write_model();
   fs::remove(dir_ / "model.safetensors");

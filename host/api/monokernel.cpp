@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ mk_status guarded(std::string& error, F&& body) {
     return MK_ERROR_INTERNAL;
   } catch (const std::bad_alloc&) {
     error = "out of memory";
+    return MK_ERROR_OUT_OF_MEMORY;
+  } catch (const std::length_error& e) {  // a container asked for more than it can ever hold
+    error = std::string("out of memory: ") + e.what();
     return MK_ERROR_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
     error = e.what();
@@ -191,7 +195,12 @@ mk_status mk_tokenize(mk_model* model, const char* text, size_t length, int pars
   return guarded(t_model_error, [&] {
     if (!model || !count || (!text && length > 0) || (!tokens && capacity > 0))
       invalid("mk_tokenize: model, count, text (for a non-empty text) and tokens (for a non-zero capacity) must not be NULL");
-    const auto ids = model->engine->tokenizer().encode(std::string_view(text ? text : "", length), parse_special != 0);
+    std::vector<int32_t> ids;
+    try {
+      ids = model->engine->tokenizer().encode(std::string_view(text ? text : "", length), parse_special != 0);
+    } catch (const mk::Error& e) {  // the tokenizer's own regex failed (PCRE2 match limits): its file is at fault
+      throw Failure{MK_ERROR_BAD_MODEL, e.what()};
+    }
     *count = ids.size();
     if (ids.size() > capacity)
       throw Failure{MK_ERROR_BUFFER_TOO_SMALL, fmt::format("mk_tokenize: {} tokens do not fit a buffer of {}", ids.size(), capacity)};

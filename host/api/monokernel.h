@@ -33,6 +33,17 @@
  *
  * Multi-turn. A session keeps the conversation in its KV cache: each mk_generate ingests only the new turn,
  * not the history. mk_session_reset starts a new conversation.
+ *
+ * Hangs. When no part of the GPU kernel makes progress for 10 s, the library stops the kernel and
+ * mk_generate returns MK_ERROR_BACKEND with a message naming the stuck instruction and the counter it
+ * waits for (the CPU emulator reports a deadlock the same way). The session stays usable: the failed turn
+ * is not part of the conversation (text already passed to the callback included), and the next
+ * mk_generate rebuilds the KV cache from the conversation so far. If the kernel does not stop within
+ * 5 s of being told to, the message says so: the GPU stays occupied until the process exits and every
+ * later generation fails with MK_ERROR_BACKEND. The library never exits the process.
+ *
+ * Limits. Model files are checked against documented limits before anything is sized from them
+ * (docs/limits.md); a model beyond them gets MK_ERROR_BAD_MODEL naming the file and the key.
  */
 #ifndef MONOKERNEL_H
 #define MONOKERNEL_H
@@ -54,11 +65,14 @@ extern "C" {
 
 typedef enum mk_status {
   MK_OK = 0,
-  MK_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle or pointer, a parameter out of range, a bad message list */
+  MK_ERROR_INVALID_ARGUMENT = 1, /* a NULL handle or pointer, a parameter out of range, a bad message list,
+                                    a prompt whose tokens the model's vocabulary lacks */
   MK_ERROR_NOT_FOUND = 2,        /* the model directory does not exist or is not a directory */
-  MK_ERROR_BAD_MODEL = 3,        /* model, tokenizer or chat template files unusable (the message names the file) */
+  MK_ERROR_BAD_MODEL = 3,        /* model, tokenizer or chat template files unusable or beyond the limits (the
+                                    message names the file and key) */
   MK_ERROR_CONTEXT_FULL = 4,     /* the turn does not fit the context left; the session is unchanged */
-  MK_ERROR_BACKEND = 5,          /* the GPU backend failed: no GPU when one was required, out of device memory, ... */
+  MK_ERROR_BACKEND = 5,          /* the GPU backend failed: no GPU when one was required, out of device memory, a
+                                    hung launch (see Hangs above), ... */
   MK_ERROR_BUSY = 6,             /* the session is in use by another thread */
   MK_ERROR_BUFFER_TOO_SMALL = 7, /* mk_tokenize / mk_detokenize: the needed size is in *count / *length */
   MK_ERROR_OUT_OF_MEMORY = 8,    /* the context does not fit the free host (CPU emulator) or GPU memory; checked
@@ -90,9 +104,10 @@ typedef struct mk_session mk_session;
 
 typedef struct mk_model_options {
   mk_backend_kind backend;
-  int context;          /* KV cache capacity per session in tokens; 0: min(4096, the model's maximum) */
+  int context;          /* KV cache capacity per session in tokens; 0: min(4096, the model's maximum); at most
+                           16777216 */
   int gpu_device;
-  int emulator_workgroups; /* virtual workgroups of the CPU emulator (same tokens for any value) */
+  int emulator_workgroups; /* virtual workgroups of the CPU emulator (same tokens for any value), at most 4096 */
   /* Weight upload progress on the GPU: bytes done, bytes total, seconds so far. Called from mk_model_open
    * (and from mk_session_create when a further concurrent session needs its own copy). May be NULL. */
   void (*on_progress)(uint64_t done, uint64_t total, double seconds, void* user);

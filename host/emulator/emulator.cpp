@@ -12,7 +12,6 @@
 #include "host/emulator/emulator_state.h"
 #include "host/emulator/ops/ops.h"
 #include "runtime/error.h"
-#include "runtime/host_memory.h"
 #include "runtime/rope.h"
 #include "runtime/schedule_diagnostics.h"
 #include "runtime/weight_layout.h"
@@ -114,7 +113,10 @@ struct Emulator::Impl : emu::EmulatorState {
       blocked.push_back({int(w), g.step, !g.gate_passed, schedule.wg_begin[w] + g.pc});
     }
     const std::vector<unsigned> values = schedule.counter_values(counters);
-    fail("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &values));
+    // Nothing of the launch is committed (position and pending token change only after it): the
+    // emulator is as before the call.
+    throw HangError(fmt::format("emulator: deadlock, no workgroup can proceed:{}", describe_blocked(schedule, blocked, &values)),
+                    /*stopped=*/true);
   }
 
   void launch() {
@@ -143,8 +145,7 @@ struct Emulator::Impl : emu::EmulatorState {
 
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) {
     const auto input = tokens_to_ingest(req.input, pending, position, opt.context, cfg.vocab_size);
-    if (req.max_new_tokens < 0) fail("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens);
-    validate_sampling(req.sampling);
+    check_request(req);
     cancel_flag = false;
     recorded.clear();
     run = Launch{};

@@ -6,6 +6,7 @@
 
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
+#include "runtime/limits.h"
 #include "runtime/rope.h"
 
 namespace mk::emu {
@@ -14,7 +15,8 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
     : model(m), cfg(m.config), opt(o), schedule(std::move(s)) {
   if (schedule.num_workgroups != opt.num_workgroups)
     fail("emulator: schedule built for {} workgroups, options say {}", schedule.num_workgroups, opt.num_workgroups);
-  if (opt.context < 1) fail("emulator: context must be at least 1 token (got {})", opt.context);
+  if (opt.context < 1 || opt.context > limits::kMaxPositions)
+    fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
   if (cfg.sliding_window > 0 && opt.context > cfg.sliding_window)
     fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
   layout = plan_weight_layout(cfg, matrix_dtype_for(model));

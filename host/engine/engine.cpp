@@ -7,6 +7,7 @@
 
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
+#include "runtime/limits.h"
 #include "runtime/model.h"
 
 namespace mk {
@@ -124,8 +125,13 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   if (!std::filesystem::is_directory(dir, ec))
     throw EngineError(EngineErrorKind::NotFound,
                       fmt::format("{} is not a directory (expected a Hugging Face model directory)", dir.string()));
-  if (options.context < 0)
-    throw EngineError(EngineErrorKind::InvalidArgument, fmt::format("context must be positive (got {})", options.context));
+  const auto invalid = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
+  if (options.context < 0 || options.context > limits::kMaxPositions)
+    invalid(fmt::format("context must be between 1 and {} tokens, or 0 for the default (got {})", limits::kMaxPositions,
+                        options.context));
+  if (options.emulator_workgroups > kMaxEmulatorWorkgroups)
+    invalid(fmt::format("emulator_workgroups must be at most {} (got {})", kMaxEmulatorWorkgroups, options.emulator_workgroups));
+  if (options.gpu_device < 0) invalid(fmt::format("gpu_device must be >= 0 (got {})", options.gpu_device));
 
   auto model = as_bad_model([&] { return load_model(dir); });
   auto tokenizer = as_bad_model([&] { return Tokenizer::load(dir); });
@@ -138,7 +144,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   }
 
   auto shared = std::make_shared<Shared>(std::move(tokenizer), std::move(tmpl), std::move(tmpl_error));
-  shared->collect_stop_ids(model->config.eos_token_ids);
+  as_bad_model([&] { shared->collect_stop_ids(model->config.eos_token_ids); });
   const Model& m = *model;
   shared->model = std::move(model);
 
@@ -273,7 +279,9 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
     const std::string_view eot = tokenizer.token_bytes(pending_token_);
     if (!eot.empty() && std::string_view(text).starts_with(eot)) text.erase(0, eot.size());
   }
-  const std::vector<int32_t> input = tokenizer.encode(text, /*parse_special=*/true, /*add_special_tokens=*/false);
+  // Encoding fails only on the tokenizer's own regex (PCRE2 match limits): the model's files are at fault.
+  const std::vector<int32_t> input =
+      as_bad_model([&] { return tokenizer.encode(text, /*parse_special=*/true, /*add_special_tokens=*/false); });
 
   const int pending = cached_messages_ > 0 && pending_token_ >= 0 ? 1 : 0;
   const int position = backend_->position(), context = backend_->context();
@@ -325,6 +333,15 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   GenerateResult result;
   try {
     result = backend_->generate(request, on_token);
+  } catch (const RequestError& e) {
+    // Rejected before anything ran: the backend and the session are unchanged. The context was checked
+    // above, so what is left is a token the model has no embedding row for: the tokenizer knows more
+    // ids than the model (the text has characters the model was not given tokens for).
+    throw EngineError(EngineErrorKind::InvalidArgument,
+                      fmt::format("the prompt cannot be run: {} (its text has tokens the model's vocabulary lacks)", e.what()));
+  } catch (const HangError& e) {
+    cache_valid_ = false;
+    throw EngineError(EngineErrorKind::Backend, e.what(), /*device_lost=*/!e.stopped());
   } catch (const Error& e) {
     cache_valid_ = false;
     throw EngineError(EngineErrorKind::Backend, e.what());

@@ -41,25 +41,33 @@ enum class EngineErrorKind {
   NotFound,         // the model directory does not exist
   BadModel,         // model, tokenizer or chat template files present but unusable
   ContextFull,      // the new turn does not fit the context that is left
-  Backend,          // the GPU backend could not be created or failed
+  Backend,          // the backend could not be created or failed, a launch hung (HangError)
   Busy,             // a session used by two threads at once
   OutOfMemory,      // the context does not fit the free host (emulator) or device memory
 };
 
 class EngineError : public Error {
  public:
-  EngineError(EngineErrorKind kind, const std::string& message) : Error(message), kind_(kind) {}
+  EngineError(EngineErrorKind kind, const std::string& message, bool device_lost = false)
+      : Error(message), kind_(kind), device_lost_(device_lost) {}
   EngineErrorKind kind() const { return kind_; }
+  // A hung GPU kernel that could not be stopped (HangError::stopped() false): the GPU stays occupied
+  // until the process exits and every later turn fails. The library goes on; a command-line tool exits.
+  bool device_lost() const { return device_lost_; }
 
  private:
   EngineErrorKind kind_;
+  bool device_lost_;
 };
 
 enum class BackendChoice { Auto, Gpu, Emulator };
 
+// Far beyond any GPU's SM or CU count (MI300X: 304); more only make the schedule larger.
+inline constexpr int kMaxEmulatorWorkgroups = 4096;
+
 struct EngineOptions {
   BackendChoice backend = BackendChoice::Auto;  // Auto: the GPU when there is one, else the emulator
-  int context = 0;                              // KV cache tokens per session; 0: min(4096, the model's max)
+  int context = 0;  // KV cache tokens per session; 0: min(4096, the model's max); at most limits::kMaxPositions
   int gpu_device = 0;
   // The emulator's virtual workgroups: the arithmetic does not depend on it; fewer is faster on a CPU.
   int emulator_workgroups = 16;
@@ -152,8 +160,13 @@ class Session {
 
   // Adds `messages` (usually one "user" message; "system" only first) to the conversation and generates
   // the assistant's reply, streaming its text through on_text (whole UTF-8 characters). Throws
-  // EngineError: ContextFull when the turn does not fit (the session is left as it was), InvalidArgument,
-  // Busy. A reply stopped by cancel() is kept in the history (StopReason::Cancelled).
+  // EngineError: ContextFull when the turn does not fit (the session is left as it was), InvalidArgument
+  // (bad parameters or messages, or a prompt with tokens outside the model's vocabulary; the session is
+  // left as it was), BadModel (no usable chat template, a tokenizer regex that fails), Busy, Backend
+  // (the backend failed, or the launch hung: the message names the stuck instruction). After a Backend
+  // error the turn is not in the conversation, and the next turn rebuilds the KV cache from the history:
+  // the session goes on as if the failed turn had not been sent (unless device_lost()).
+  // A reply stopped by cancel() is kept in the history (StopReason::Cancelled).
   TurnResult chat(const std::vector<ChatMessage>& messages, const TurnParams& params, const TextCallback& on_text);
   TurnResult chat(const std::string& user_text, const TurnParams& params, const TextCallback& on_text) {
     return chat(std::vector<ChatMessage>{{"user", user_text}}, params, on_text);
