@@ -17,6 +17,7 @@
 #include <string>
 
 #include "host/engine/engine.h"
+#include "host/tools/shipped_model.h"
 
 namespace {
 
@@ -228,8 +229,10 @@ int run(int argc, char** argv) {
   params.sampling.top_k = 40;
   params.sampling.top_p = 0.95f;
   params.sampling.min_p = 0.05f;
-  app.add_option("-m,--model", model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
-      ->required();
+  app.add_option("-m,--model", model_dir,
+                 fmt::format("Hugging Face model directory (config.json, *.safetensors, tokenizer.json); default: the "
+                             "model shipped in models/{} (or ${})", mk::tools::kShippedModelName,
+                             mk::tools::kShippedModelEnv));
   app.add_option("--system", system_prompt, "system prompt");
   app.add_option("-p,--prompt", prompt, "answer this prompt, print only the reply and exit");
   app.add_option("-n,--n-predict", params.max_tokens, "tokens per reply at most (-1: until the end of the turn)")
@@ -245,6 +248,15 @@ int run(int argc, char** argv) {
   if (params.max_tokens == 0) mk::fail("-n must be positive, or -1 for no limit");
   if (seed->count() == 0) params.sampling.seed = std::random_device{}();
 
+  if (model_dir.empty()) {
+    const auto found = mk::tools::find_default_model(MK_SOURCE_DIR, MK_SHIPPED_MODEL_FROM_BINDIR);
+    model_dir = found.dir.string();
+    if (found.from_environment)
+      fmt::print(stderr, "model: {} (from ${}; -m opens another)\n", model_dir, mk::tools::kShippedModelEnv);
+    else
+      fmt::print(stderr, "model: {} (the model shipped with monokernel: a small Llama that writes Python, trained "
+                         "on Python's standard library; -m opens another)\n", model_dir);
+  }
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
   options.context = context;
