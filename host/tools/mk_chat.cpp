@@ -17,7 +17,8 @@
 #include <string>
 
 #include "host/engine/engine.h"
-#include "host/tools/shipped_model.h"
+
+#include "host/tools/shipped_model.h"  // the model opened without -m
 
 namespace {
 
