@@ -331,17 +331,25 @@ TEST(MkChatDefaultModel, FindsTheModelWhereCmakeInstallPutsIt) {
 
 TEST(MkChatDefaultModel, AMissingModelNamesThePlacesLookedAt) {
   ::unsetenv("MK_DEFAULT_MODEL");
+  const test::ScopedTempDir root("shipped-missing");
+  const fs::path exe_dir = root.path / "build" / "host" / "tools";
   try {
-    tools::find_default_model("/nonexistent/source", "../share/nowhere");
+    tools::find_default_model("/nonexistent/source", "../share/nowhere", exe_dir);
     FAIL() << "found a model where there is none";
   } catch (const Error& e) {
-    const fs::path exe_dir = fs::read_symlink("/proc/self/exe").parent_path();
     EXPECT_THAT(e.what(), HasSubstr("no -m given, and the model shipped with monokernel (pystdlib-6m) is not where"));
-    EXPECT_THAT(e.what(), HasSubstr("\n  " + (exe_dir / "../share/nowhere").lexically_normal().string() + "\n"));
+    EXPECT_THAT(e.what(), HasSubstr("\n  " + (root.path / "build/host/share/nowhere").string() + "\n"));
     EXPECT_THAT(e.what(), HasSubstr("\n  /nonexistent/source/models/pystdlib-6m\n"));
+    EXPECT_THAT(e.what(), HasSubstr("\n  " + (root.path / "models/pystdlib-6m").string() + "\n"));
     EXPECT_THAT(e.what(), HasSubstr("Give a model directory with -m, or set MK_DEFAULT_MODEL to one."));
   }
-  EXPECT_EQ(tools::find_default_model(kModelDir.parent_path().parent_path(), "../share/nowhere").dir, kModelDir);
+  // The source tree the binary was built from.
+  EXPECT_EQ(tools::find_default_model(kModelDir.parent_path().parent_path(), "../share/nowhere", exe_dir).dir, kModelDir);
+  // A build directory inside a copied source tree, whose original is gone.
+  fs::create_directories(root.path / "models");
+  fs::create_directory_symlink(kModelDir, root.path / "models" / "pystdlib-6m");
+  EXPECT_EQ(tools::find_default_model("/nonexistent/source", "../share/nowhere", exe_dir).dir,
+            root.path / "models" / "pystdlib-6m");
 }
 
 TEST(MkChatDefaultModel, TheEnvironmentChoosesAnotherAndAWrongValueIsAnError) {

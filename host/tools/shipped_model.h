@@ -20,15 +20,25 @@ struct DefaultModel {
   bool from_environment = false;  // $MK_DEFAULT_MODEL chose it (it may be any model)
 };
 
+// The running executable's directory ("" if unknown).
+inline std::filesystem::path executable_dir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::filesystem::path() : exe.parent_path();
+}
+
 // The first of, in order:
 //   1. $MK_DEFAULT_MODEL, when set: it must hold a model (a wrong value is an error, not a reason to
 //      quietly open another model);
-//   2. `installed_relative` from the running executable's directory: where `cmake --install` puts the
-//      model next to bin/mk-chat (../share/monokernel/models/pystdlib-6m);
-//   3. `source_dir`/models/pystdlib-6m: executables run from their build directory.
+//   2. `exe_dir`/`installed_relative`: where `cmake --install` puts the model next to bin/mk-chat
+//      (../share/monokernel/models/pystdlib-6m);
+//   3. `source_dir`/models/pystdlib-6m: the source tree the executable was built from;
+//   4. models/pystdlib-6m in a directory above `exe_dir` (up to 4 levels): a build directory inside a
+//      source tree that was copied elsewhere since (a GPU build carried to a GPU machine), where 3 is gone.
 // A directory counts when it has a config.json. Throws mk::Error naming every place looked at.
 inline DefaultModel find_default_model(const std::filesystem::path& source_dir,
-                                       const std::filesystem::path& installed_relative) {
+                                       const std::filesystem::path& installed_relative,
+                                       const std::filesystem::path& exe_dir = executable_dir()) {
   namespace fs = std::filesystem;
   const auto holds_model = [](const fs::path& dir) {
     std::error_code ec;
@@ -40,10 +50,13 @@ inline DefaultModel find_default_model(const std::filesystem::path& source_dir,
          "models/{}", kShippedModelEnv, env, kShippedModelName);
   }
   std::vector<fs::path> tried;
-  std::error_code ec;
-  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec); !ec)
-    tried.push_back((exe.parent_path() / installed_relative).lexically_normal());
+  if (!exe_dir.empty()) tried.push_back((exe_dir / installed_relative).lexically_normal());
   tried.push_back(source_dir / "models" / kShippedModelName);
+  fs::path up = exe_dir.lexically_normal();
+  for (int level = 0; level < 4 && up.has_relative_path(); ++level) {
+    up = up.parent_path();
+    tried.push_back(up / "models" / kShippedModelName);
+  }
   for (const fs::path& dir : tried)
     if (holds_model(dir)) return {dir, false};
   std::string list;
