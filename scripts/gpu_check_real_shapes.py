@@ -7,8 +7,17 @@ run transformers in float32 on the GPU on the same bf16 weights (reloaded), and 
   - relative L2 error of the logits at positions up to 2047;
   - 32 greedy tokens after the 2048-token prompt (a difference where transformers' top two logits are
     within rounding is reported as such, not failed).
+Then the model shipped in models/pystdlib-6m (trained weights, issue 16), for two prompts tokenized by
+transformers (a Python text prompt and a chat turn through its chat template):
+  - 256 greedy tokens of our kernel, EOS ignored; transformers runs on the prompt followed by those tokens
+    (teacher-forced), and at each of the 256 steps its argmax must be our token, except at a near-tie
+    (transformers' logits of the two tokens within 0.1: bf16 KV-cache rounding), reported with its step,
+    gap and top-2 margin; more than 4 near-ties per prompt fail. Free-running greedy decoding of the two is
+    identical up to the first reported step;
+  - the relative L2 error of the logits at the first and last prompt positions.
 Needs torch + transformers + a GPU, and a build with -DMK_GPU=nvidia.
-    python3 scripts/gpu_check_real_shapes.py BUILD_BIN_DIR OUTDIR
+    python3 scripts/gpu_check_real_shapes.py BUILD_BIN_DIR OUTDIR [CASE ...]
+CASE: a shape name above or pystdlib-6m; default all of them.
 """
 import json
 import os
@@ -17,7 +26,7 @@ import sys
 
 import torch
 from hf_random_weights import randomize
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
 SHAPES = {
@@ -38,11 +47,87 @@ SHAPES = {
 POSITIONS = [0, 1, 100, 1000, 2047]
 GREEDY = 32
 
+SHIPPED = "pystdlib-6m"
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models", SHIPPED)
+SHIPPED_STEPS = 256
+SHIPPED_NEAR_TIE = 0.1  # logits: a few times the bf16 KV-cache error on this model (tests/test_shipped_model.cpp)
+SHIPPED_MAX_NEAR_TIES = 4
+SHIPPED_PROMPTS = {  # the training script's self-check prompts
+    "python_text": '<|endoftext|>"""Helpers for working with file paths."""\n\nimport os\n\n\ndef ',
+    "chat_turn": [{"role": "user", "content": "Write a Python function is_palindrome(s). Return True if s reads the "
+                                              "same forwards and backwards."}],
+}
 
-def main(bindir, outdir):
+
+def check_shipped(bindir):
+    """Our kernel's greedy tokens on the shipped model against transformers (fp32, teacher-forced)."""
+    tok = AutoTokenizer.from_pretrained(SHIPPED_DIR)
+    ref = LlamaForCausalLM.from_pretrained(SHIPPED_DIR, dtype=torch.float32, attn_implementation="eager").cuda().eval()
+    ok, result = True, {}
+    for pname, prompt in SHIPPED_PROMPTS.items():
+        if isinstance(prompt, str):
+            tokens = tok(prompt, add_special_tokens=False)["input_ids"]
+        else:
+            text = tok.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+            tokens = tok(text, add_special_tokens=False)["input_ids"]
+        tokens = list(tokens)
+        positions = [0, len(tokens) - 1]
+        req = os.path.join("/tmp", f"{SHIPPED}_{pname}_req.json")
+        with open(req, "w") as f:
+            json.dump({"tokens": tokens, "positions": positions, "greedy_steps": SHIPPED_STEPS}, f)
+        ours_path = os.path.join("/tmp", f"{SHIPPED}_{pname}_ours.json")
+        subprocess.run([os.path.join(bindir, "gpu_logits_dump"), SHIPPED_DIR, req, ours_path], check=True)
+        ours = json.load(open(ours_path))
+        greedy = ours["greedy_tokens"]
+        if len(greedy) != SHIPPED_STEPS:
+            ok = False
+            result[pname] = {"error": f"our kernel generated {len(greedy)} tokens, expected {SHIPPED_STEPS}"}
+            print(SHIPPED, pname, result[pname]["error"], flush=True)
+            continue
+        with torch.no_grad():
+            logits = ref(torch.tensor([tokens + greedy], device="cuda")).logits[0].float()
+        rows = []
+        for p, ol in zip(ours["positions"], ours["logits"]):
+            o, r = torch.tensor(ol, device="cuda"), logits[p]
+            rel = float((o - r).norm() / r.norm())
+            rows.append({"position": p, "rel_err": rel, "argmax_same": int(o.argmax()) == int(r.argmax())})
+            ok &= rel < 2e-2
+        near_ties, failures = [], []
+        for i, t in enumerate(greedy):
+            step = logits[len(tokens) - 1 + i]  # what transformers predicts after the prompt and greedy[:i]
+            top2 = torch.topk(step, 2)
+            best = int(top2.indices[0])
+            if best == t:
+                continue
+            entry = {"step": i, "ours": t, "transformers": best, "gap": float(step[best] - step[t]),
+                     "top2_margin": float(top2.values[0] - top2.values[1])}
+            (near_ties if entry["gap"] < SHIPPED_NEAR_TIE else failures).append(entry)
+        ok &= not failures and len(near_ties) <= SHIPPED_MAX_NEAR_TIES
+        first = min([e["step"] for e in near_ties + failures], default=None)
+        note = (f"all {SHIPPED_STEPS} greedy tokens identical" if first is None else
+                f"identical up to step {first}; near-ties (gap < {SHIPPED_NEAR_TIE}): "
+                + (", ".join(f"step {e['step']} gap {e['gap']:.3g} margin {e['top2_margin']:.3g}" for e in near_ties) or "none")
+                + ("; NOT near-ties: " + ", ".join(f"step {e['step']} ours {e['ours']} transformers {e['transformers']} "
+                                                   f"gap {e['gap']:.3g}" for e in failures) if failures else ""))
+        result[pname] = {"logits": rows, "greedy": note, "near_ties": near_ties, "failures": failures,
+                         "prompt_tokens": tokens, "greedy_ours": greedy, "device": ours["device"],
+                         "text": tok.decode(greedy)}
+        print(SHIPPED, pname, json.dumps(rows), "greedy:", note, flush=True)
+        print(tok.decode(greedy), flush=True)
+    del ref
+    torch.cuda.empty_cache()
+    return ok, result
+
+
+def main(bindir, outdir, cases):
     os.makedirs(outdir, exist_ok=True)
+    unknown = [c for c in cases if c not in SHAPES and c != SHIPPED]
+    if unknown:
+        raise SystemExit(f"unknown case(s) {unknown}; known: {list(SHAPES) + [SHIPPED]}")
     summary, ok = {}, True
     for seed, (name, (cfg_cls, model_cls, kw)) in enumerate(SHAPES.items(), start=1):
+        if cases and name not in cases:
+            continue
         torch.manual_seed(seed)
         cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
         model = model_cls(cfg).to(torch.bfloat16)
@@ -84,6 +169,9 @@ def main(bindir, outdir):
         print(name, json.dumps(rows), "greedy:", greedy_note, flush=True)
         del ref
         torch.cuda.empty_cache()
+    if not cases or SHIPPED in cases:
+        shipped_ok, summary[SHIPPED] = check_shipped(bindir)
+        ok &= shipped_ok
     with open(os.path.join(outdir, "real_shapes.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print("PASS" if ok else "FAIL")
@@ -91,4 +179,6 @@ def main(bindir, outdir):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:]))

@@ -25,6 +25,8 @@
 #include "host/engine/engine.h"
 #include "host/tools/cli_checks.h"
 
+#include "host/tools/shipped_model.h"  // the model opened without -m
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------------
@@ -340,8 +342,10 @@ int run(int argc, char** argv) {
   params.sampling.top_k = 40;
   params.sampling.top_p = 0.95f;
   params.sampling.min_p = 0.05f;
-  app.add_option("-m,--model", model_dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")
-      ->required();
+  app.add_option("-m,--model", model_dir,
+                 fmt::format("Hugging Face model directory (config.json, *.safetensors, tokenizer.json); default: the "
+                             "model shipped in models/{} (or ${})", mk::tools::kShippedModelName,
+                             mk::tools::kShippedModelEnv));
   app.add_option("--system", system_prompt, "system prompt");
   app.add_option("-p,--prompt", prompt, "answer this prompt, print only the reply and exit");
   constexpr long long kMaxInt = std::numeric_limits<int>::max();
@@ -359,6 +363,15 @@ int run(int argc, char** argv) {
   mk::validate_sampling(params.sampling, mk::kSamplingFlags);
   if (seed->count() == 0) params.sampling.seed = std::random_device{}();
 
+  if (model_dir.empty()) {
+    const auto found = mk::tools::find_default_model(MK_SOURCE_DIR, MK_SHIPPED_MODEL_FROM_BINDIR);
+    model_dir = found.dir.string();
+    if (found.from_environment)
+      fmt::print(stderr, "model: {} (from ${}; -m opens another)\n", model_dir, mk::tools::kShippedModelEnv);
+    else
+      fmt::print(stderr, "model: {} (the model shipped with monokernel: a small Llama that writes Python, trained "
+                         "on Python's standard library; -m opens another)\n", model_dir);
+  }
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
   options.context = context;

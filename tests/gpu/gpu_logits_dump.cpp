@@ -2,7 +2,8 @@
 // for scripts/gpu_check_real_shapes.py to compare with transformers.
 //   gpu_logits_dump MODEL_DIR REQUEST_JSON OUT_JSON
 // REQUEST_JSON: {"tokens": [...], "positions": [p0 < p1 < ...], "greedy_steps": N}; logits at position p
-// are those computed after feeding tokens[0..p].
+// are those computed after feeding tokens[0..p]. The greedy continuation ignores the model's EOS ids: it
+// always has greedy_steps tokens, as transformers' generate(eos_token_id=None) that it is compared with.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     const auto positions = request.at("positions").get<std::vector<int>>();
     const int greedy_steps = request.at("greedy_steps").get<int>();
     auto model = mk::load_model(argv[1]);
+    model->config.eos_token_ids.clear();
     mk::GpuOptions opt;
     opt.context = int(tokens.size()) + greedy_steps + 8;
     auto gpu = mk::create_gpu_backend(*model, opt);
