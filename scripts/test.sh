@@ -36,7 +36,7 @@ check_nvcc() {
     return 1
   fi
   local version
-  version=$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
+  version=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
   if [[ -z $version ]] || ! printf '12.4\n%s\n' "$version" | sort -V -C; then
     echo "$(command -v nvcc) is CUDA ${version:-of an unknown version}; the sm_90a device code needs CUDA 12.4+"
     return 1
