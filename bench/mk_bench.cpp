@@ -13,6 +13,7 @@
 #include "device/measure/bandwidth.h"
 #include "device/gpu_backend.h"
 #include "device/measure/topology_probe.h"
+#include "host/tools/cli_checks.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
@@ -143,8 +144,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-m,--model", model_dir, "a Hugging Face model directory instead of a preset");
   app.add_option("--depths", depths_text, "context depths, comma-separated")->capture_default_str();
-  app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(CLI::Range(2, 100000));
-  app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(mk::cli::int_range(2, 100000));
+  app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(mk::cli::int_range(1, 1000));
   app.add_flag("--profile", profile, "per-instruction time breakdown (globaltimer per instruction)");
   int stream_slots = mk::GpuOptions{}.stream_slots, lookahead = mk::GpuOptions{}.stream_lookahead;
   app.add_option("--stream-slots", stream_slots,
@@ -166,7 +167,7 @@ int run(int argc, char** argv) {
   app.add_option("--trace", trace_step,
                  "timestamp every instruction of this step of each launch (0 = the prompt token; implies --profile) and "
                  "print the step as a chain of stages")
-      ->check(CLI::NonNegativeNumber);
+      ->check(mk::cli::int_range(0, 100000));
   app.add_option("--trace-csv", trace_csv, "with --trace: write every instruction's timestamps to this CSV file");
   app.add_flag("--json", json, "print JSON instead of the table");
   int splits = 0;
@@ -192,7 +193,7 @@ int run(int argc, char** argv) {
   const int max_depth = *std::max_element(depths.begin(), depths.end());
 
   std::string why;
-  if (!mk::gpu_available(&why)) mk::fail("mk-bench needs a GPU: {}", why);
+  if (!mk::gpu_available(&why)) mk::fail("mk-bench needs a GPU; none is usable here: {}", why);
   const auto ceilings = mk::measure_bandwidth();
   std::unique_ptr<mk::Model> model = model_dir.empty() ? mk::preset_model(preset) : mk::load_model(model_dir);
   mk::GpuOptions opt;

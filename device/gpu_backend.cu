@@ -2,6 +2,7 @@
 // generate() call, token streaming from host-mapped memory, and a watchdog that names stuck instructions.
 #include "device/gpu_backend.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -512,12 +513,26 @@ class MonokernelBackend final : public GpuBackend {
 bool gpu_available(std::string* why) {
   int count = 0;
   const hipError_t err = hipGetDeviceCount(&count);
-  if (err != hipSuccess || count == 0) {
-    if (why) *why = err != hipSuccess ? std::string("GPU runtime: ") + hipGetErrorString(err) : "no GPU present";
-    (void)hipGetLastError();
-    return false;
+  if (err == hipSuccess && count > 0) return true;
+  (void)hipGetLastError();
+  if (!why) return false;
+  *why = err != hipSuccess ? std::string("GPU runtime: ") + hipGetErrorString(err) : "no GPU present";
+#if defined(MK_PLATFORM_NVIDIA)
+  // The CUDA runtime answers "CUDA driver version is insufficient" both when the driver is too old and when
+  // there is none at all (no GPU): whether the driver library loads tells the two apart.
+  if (err == cudaErrorInsufficientDriver) {
+    if (void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+      dlclose(driver);
+      *why = fmt::format("the NVIDIA driver is too old for this build's CUDA runtime {}.{} ({}); update the driver",
+                         CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, hipGetErrorString(err));
+    } else {
+      *why = "there is no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)";
+    }
+  } else if (err == cudaErrorNoDevice) {
+    *why = "the NVIDIA driver reports no device";
   }
-  return true;
+#endif
+  return false;
 }
 
 std::unique_ptr<GpuBackend> create_gpu_backend(const Model& model, const GpuOptions& options) {
