@@ -18,7 +18,7 @@ command -v nvcc >/dev/null || { echo "test.sh: nvcc (CUDA 12.4+) is required to 
 # The AMD and CPU configurations compile the host sources with identical flags: ccache shares them.
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-gpu_targets=(mk_device mk_topology_probe mk_sync test_gpu gpu_logits_dump mk-bench mk-bench-sync mk-run mk-topo mk-chat monokernel)
+gpu_targets=(mk_device mk_topology_probe mk_sync test_gpu test_gpu_api gpu_logits_dump mk-bench mk-bench-sync mk-run mk-topo mk-chat monokernel)
 for gpu in amd nvidia; do
   echo "== compile check: MK_GPU=$gpu (warnings are errors)"
   cmake -S . -B "build-ci-$gpu" -G Ninja -DMK_GPU=$gpu -DMK_WERROR=ON "${launcher[@]}" >/dev/null

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
@@ -158,6 +159,11 @@ std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& tex
     });
   } catch (const mk::EngineError& e) {
     g_session = nullptr;
+    if (e.device_lost()) {  // the hung kernel would not stop: nothing more can run, and teardown would wait for it
+      fmt::print(stderr, "error: {}\nexiting: the GPU is occupied by a kernel that cannot be stopped\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
     if (e.kind() == mk::EngineErrorKind::ContextFull)
       fmt::print(stderr, "error: {}\n[/reset to start a new conversation, or restart with a larger -c]\n", e.what());
     else
