@@ -1,5 +1,6 @@
 // Host side of the monokernel: device checks, memory budget, weight upload, one cooperative launch per
-// generate() call, token streaming from host-mapped memory, and a watchdog that names stuck instructions.
+// generate() call, token streaming from host-mapped memory, and a watchdog that names stuck instructions
+// and stops a hung launch (device/launch_abort.h).
 #include "device/gpu_backend.h"
 
 #include <dlfcn.h>
@@ -7,9 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "device/gpu.h"
@@ -19,6 +20,7 @@
 #include "device/weights_fill.h"
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
+#include "runtime/limits.h"
 #include "runtime/rope.h"
 #include "runtime/schedule.h"
 #include "runtime/schedule_diagnostics.h"
@@ -40,6 +42,8 @@ struct DeviceBuffer {
   ~DeviceBuffer() {
     if (ptr) (void)hipFree(ptr);
   }
+  // A hung kernel may still use it: hipFree would wait for the kernel (forever), so it is left allocated.
+  void abandon() { ptr = nullptr; }
   void allocate(size_t n, const char* what) {
     bytes = std::max<size_t>(n, 16);
     const hipError_t err = hipMalloc(&ptr, bytes);
@@ -65,6 +69,7 @@ struct MappedHostBuffer {
   ~MappedHostBuffer() {
     if (host) (void)hipHostFree(host);
   }
+  void abandon() { host = nullptr; }  // as DeviceBuffer::abandon
   void allocate(size_t bytes) {
     MK_GPU_CHECK(hipHostMalloc(&host, bytes, hipHostMallocMapped));
     std::memset(host, 0, bytes);
@@ -123,7 +128,8 @@ class MonokernelBackend final : public GpuBackend {
   MonokernelBackend(const Model& model, const GpuOptions& opt) : model_(model), cfg_(model.config), opt_(opt) {
     info_ = query_device(opt.device);
     validate_model(cfg_);
-    if (opt.context < 1) fail("context must be at least 1 token (got {})", opt.context);
+    if (opt.context < 1 || opt.context > limits::kMaxPositions)
+      fail("context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
@@ -135,7 +141,12 @@ class MonokernelBackend final : public GpuBackend {
     for (size_t u = 0; u < opt.unit_domain.size(); ++u)
       if (opt.unit_domain[u] < -1 || opt.unit_domain[u] >= opt.sync_domains)
         fail("sync domains: hardware unit {} is mapped to domain {}, outside 0..{}", u, opt.unit_domain[u], opt.sync_domains - 1);
-    if (opt.debug_edit_schedule) opt.debug_edit_schedule(schedule_);
+    if (opt.debug_edit_schedule) {
+      if (opt.debug_edit_launches > 0) clean_schedule_ = schedule_;
+      opt.debug_edit_schedule(schedule_);
+      if (clean_schedule_ && (clean_schedule_->instrs.size() != schedule_.instrs.size() || clean_schedule_->wg_begin != schedule_.wg_begin))
+        fail("debug_edit_schedule: with debug_edit_launches the edit must keep the instruction lists' lengths");
+    }
     smem_bytes_ = dev::activation_smem_bytes(schedule_, dims());
     int max_smem = 0;
     MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
@@ -155,8 +166,15 @@ class MonokernelBackend final : public GpuBackend {
   }
 
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) override {
+    if (lost_) throw HangError(lost_message_, /*stopped=*/false);
     const auto input = tokens_to_ingest(req.input, pending_, position_, opt_.context, cfg_.vocab_size);
     check_request(req);
+    if (clean_schedule_ && launches_ >= opt_.debug_edit_launches) {  // the edited launches are done
+      schedule_ = std::move(*clean_schedule_);
+      clean_schedule_.reset();
+      MK_GPU_CHECK(hipMemcpy(instrs_.ptr, schedule_.instrs.data(), schedule_.instrs.size() * sizeof(Instr), hipMemcpyHostToDevice));
+    }
+    ++launches_;
     const int max_steps = opt_.context - position_;
     MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data(), input.size() * sizeof(int32_t), hipMemcpyHostToDevice));
     MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));
@@ -233,6 +251,14 @@ class MonokernelBackend final : public GpuBackend {
   }
 
   ~MonokernelBackend() override {
+    if (lost_) {  // the hung kernel still runs: freeing what it uses would wait for it forever
+      for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
+                              &qkv_, &att_o_, &att_ml_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
+                              &profile_, &workgroup_unit_, &trace_})
+        b->abandon();
+      channel_.abandon();
+      return;
+    }
     if (stream_) (void)hipStreamDestroy(stream_);
   }
 
@@ -319,14 +345,15 @@ class MonokernelBackend final : public GpuBackend {
     profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
     workgroup_unit_.allocate(size_t(schedule_.num_workgroups) * sizeof(uint32_t), "profile counters");
     if (opt_.profile && opt_.trace_step >= 0) trace_.allocate(schedule_.instrs.size() * 4 * sizeof(unsigned long long), "the trace");
-    // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag.
+    // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag, abort flag.
     const size_t max_tokens = size_t(opt_.context) + 1;
     tokens_offset_ = sizeof(dev::HostChannel);
     times_offset_ = tokens_offset_ + max_tokens * sizeof(int32_t);
     times_offset_ = (times_offset_ + 7) / 8 * 8;
     progress_offset_ = times_offset_ + max_tokens * sizeof(unsigned long long);
     cancel_offset_ = progress_offset_ + 2 * size_t(schedule_.num_workgroups) * sizeof(uint32_t);
-    channel_bytes_ = cancel_offset_ + 64;
+    abort_offset_ = cancel_offset_ + 64;
+    channel_bytes_ = abort_offset_ + 64;
     channel_.allocate(channel_bytes_);
 
     auto& p = base_params_;
@@ -363,6 +390,7 @@ class MonokernelBackend final : public GpuBackend {
     p.out_token_time_ns = reinterpret_cast<unsigned long long*>(dev_base + times_offset_);
     p.progress = reinterpret_cast<uint32_t*>(dev_base + progress_offset_);
     p.cancel = reinterpret_cast<const volatile uint32_t*>(dev_base + cancel_offset_);
+    p.abort = reinterpret_cast<const volatile uint32_t*>(dev_base + abort_offset_);
     p.profile = profile_.as<unsigned long long>();
     p.workgroup_unit = workgroup_unit_.as<uint32_t>();
     p.trace = trace_.as<unsigned long long>();
@@ -383,6 +411,9 @@ class MonokernelBackend final : public GpuBackend {
   volatile uint32_t* cancel_flag() const {
     return reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(channel_.host) + cancel_offset_);
   }
+  volatile uint32_t* abort_flag() const {
+    return reinterpret_cast<volatile uint32_t*>(static_cast<uint8_t*>(channel_.host) + abort_offset_);
+  }
   const volatile int32_t* out_tokens() const {
     return reinterpret_cast<const volatile int32_t*>(static_cast<uint8_t*>(channel_.host) + tokens_offset_);
   }
@@ -390,7 +421,7 @@ class MonokernelBackend final : public GpuBackend {
     return reinterpret_cast<const volatile uint32_t*>(static_cast<uint8_t*>(channel_.host) + progress_offset_);
   }
 
-  // Streams tokens while the kernel runs; returns when it has finished (or throws / exits on a fault or hang).
+  // Streams tokens while the kernel runs; returns when it has finished (throws on a fault or a hang).
   void stream_tokens(GenerateResult& result, const TokenCallback& on_token, Clock::time_point t0) {
     uint32_t published = 0;
     std::vector<uint32_t> last_progress(2 * size_t(schedule_.num_workgroups), 0);
@@ -414,17 +445,22 @@ class MonokernelBackend final : public GpuBackend {
         if (progress()[i] != last_progress[i]) last_progress[i] = progress()[i], changed = true;
       const auto now = Clock::now();
       if (changed) last_change = now;
-      else if (std::chrono::duration<double>(now - last_change).count() > opt_.watchdog_seconds) report_hang_and_exit();
+      else if (std::chrono::duration<double>(now - last_change).count() > opt_.watchdog_seconds) abort_hung_launch();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     MK_GPU_CHECK(hipStreamSynchronize(stream_));
     MK_GPU_CHECK(hipGetLastError());
   }
 
-  [[noreturn]] void report_hang_and_exit() {
+  // Which instructions the workgroups are stuck at and what they wait for; read before the abort, which
+  // makes every workgroup leave (and mark itself done).
+  std::string describe_hang() {
     std::string text = fmt::format("monokernel watchdog: no workgroup made progress for {:.1f} s; stuck workgroups:", opt_.watchdog_seconds);
     // Counters live in device memory: read them on a separate stream (the kernel still occupies the GPU).
-    std::vector<unsigned> lines(dev::counter_word(schedule_.counter_lines()), 0), counters(schedule_.num_counters(), 0);
+    // Into a member: a copy that has not landed within the deadline must not land in freed memory later.
+    std::vector<unsigned>& lines = hang_counter_lines_;
+    lines.assign(dev::counter_word(schedule_.counter_lines()), 0);
+    std::vector<unsigned> counters(schedule_.num_counters(), 0);
     bool have_counters = false;
     hipStream_t side = nullptr;
     if (hipStreamCreateWithFlags(&side, hipStreamNonBlocking) == hipSuccess &&
@@ -436,6 +472,7 @@ class MonokernelBackend final : public GpuBackend {
       for (uint32_t l = 0; l < values.size(); ++l) values[l] = lines[dev::counter_word(l)];
       counters = schedule_.counter_values(values);
     }
+    if (side) (void)hipStreamDestroy(side);  // released once its copy is done
     std::vector<WorkgroupPosition> blocked;
     for (int w = 0; w < schedule_.num_workgroups; ++w) {
       const uint32_t step = progress()[2 * w], done = progress()[2 * w + 1];
@@ -446,9 +483,38 @@ class MonokernelBackend final : public GpuBackend {
       else blocked.push_back({w, step, false, begin + done});
     }
     text += describe_blocked(schedule_, blocked, have_counters ? &counters : nullptr);
-    std::fprintf(stderr, "%s\nexiting: a hung kernel cannot be stopped from the host.\n", text.c_str());
-    std::fflush(stderr);
-    std::_Exit(3);
+    return text;
+  }
+
+  // Sets the abort word and waits for the kernel to leave. Stopped: the backend is as before the call
+  // (position_ and pending_ change only after a launch completes; the KV rows past position_ that the
+  // launch wrote are rewritten by the next one), so the error says it may go on. Not stopped: the
+  // backend refuses further work; nothing here exits the process.
+  [[noreturn]] void abort_hung_launch() {
+    const std::string text = describe_hang();
+    *abort_flag() = 1;
+    const auto t0 = Clock::now();
+    hipError_t status = hipErrorNotReady;
+    while ((status = hipStreamQuery(stream_)) == hipErrorNotReady &&
+           std::chrono::duration<double>(Clock::now() - t0).count() < opt_.abort_grace_seconds)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (status == hipSuccess) {
+      MK_GPU_CHECK(hipStreamSynchronize(stream_));
+      MK_GPU_CHECK(hipGetLastError());
+      throw HangError(fmt::format("{}\nthe launch was aborted and the kernel left after {:.3f} s; the backend can go on "
+                                  "(the sequence is as before this call)",
+                                  text, waited),
+                      /*stopped=*/true);
+    }
+    lost_ = true;
+    lost_message_ = status == hipErrorNotReady
+                        ? fmt::format("{}\nthe kernel did not stop within {:.1f} s of the abort: the GPU stays occupied by it "
+                                      "until the process exits, and this backend refuses further work",
+                                      text, opt_.abort_grace_seconds)
+                        : fmt::format("{}\nthe kernel failed while being aborted: {} ({}); this backend refuses further work",
+                                      text, hipGetErrorName(status), hipGetErrorString(status));
+    throw HangError(lost_message_, /*stopped=*/false);
   }
 
   void collect_profile(const GenerateResult& result) {
@@ -506,6 +572,12 @@ class MonokernelBackend final : public GpuBackend {
   GpuRunProfile profile_result_;
   int position_ = 0;
   int32_t pending_ = -1;
+  size_t abort_offset_ = 0;
+  std::optional<Schedule> clean_schedule_;  // debug_edit_launches: the schedule to restore
+  int launches_ = 0;
+  bool lost_ = false;  // a hung kernel that did not stop: every call fails with lost_message_
+  std::string lost_message_;
+  std::vector<unsigned> hang_counter_lines_;  // describe_hang's copy of the counters
 };
 
 }  // namespace
@@ -536,7 +608,16 @@ bool gpu_available(std::string* why) {
 }
 
 std::unique_ptr<GpuBackend> create_gpu_backend(const Model& model, const GpuOptions& options) {
-  return std::make_unique<MonokernelBackend>(model, options);
+  const char* plant = std::getenv("MK_DEBUG_PLANT_HANG");
+  if (plant == nullptr || options.debug_edit_schedule) return std::make_unique<MonokernelBackend>(model, options);
+  GpuOptions planted = options;
+  planted.debug_edit_launches = std::max(1, std::atoi(plant));
+  const int layer = std::min(1, model.config.num_layers - 1);
+  planted.debug_edit_schedule = [layer](Schedule& s) {
+    for (Instr& in : s.instrs)
+      if (in.op == Op::GateUp && in.layer == layer) in.waits[0].per_step += 1;  // one o_proj block too many
+  };
+  return std::make_unique<MonokernelBackend>(model, planted);
 }
 
 }  // namespace mk

@@ -22,7 +22,11 @@ struct GpuOptions {
   // hw_id_group_table of the probed map; empty: workgroup w takes domain w % sync_domains.
   int sync_domains = 1;
   std::vector<int> unit_domain;
-  double watchdog_seconds = 10;  // no progress for this long: report the stuck instructions and exit(3)
+  // No workgroup progressing for this long: the launch is aborted (device/launch_abort.h) and generate()
+  // throws HangError naming the stuck instructions. The kernel then has abort_grace_seconds to leave;
+  // if it does, the backend is usable again (HangError::stopped()), else it is given up.
+  double watchdog_seconds = 10;
+  double abort_grace_seconds = 5;
   bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()
   // With profile: the step of each launch (0 = the first) whose instructions are timestamped one by one
   // (GpuRunProfile::trace); -1: none.
@@ -44,7 +48,10 @@ struct GpuOptions {
   // (for presets: real shapes without a download). The model then needs a config only.
   uint64_t random_weights_seed = 0;
   // Tests only: edits the schedule before it is uploaded (e.g. to plant a deadlock for the watchdog).
+  // With debug_edit_launches > 0 the edit holds for that many launches; later ones run the schedule as
+  // built (the edit must keep the instruction lists' lengths).
   std::function<void(Schedule&)> debug_edit_schedule;
+  int debug_edit_launches = 0;
   // Weight upload progress: (bytes done, bytes total, seconds so far).
   std::function<void(uint64_t, uint64_t, double)> on_upload_progress;
 };
@@ -96,6 +103,10 @@ bool gpu_available(std::string* why);
 
 // Uploads the model and prepares the persistent kernel; throws mk::Error (out of memory with needed and
 // free bytes, unsupported GPU, grid that cannot be co-resident, ...).
+// Fault injection for checking the hang path end to end (C API, tools): with MK_DEBUG_PLANT_HANG=N in the
+// environment and no debug_edit_schedule of the caller's, the first N launches of each backend run a
+// schedule in which layer 1's gate_up (layer 0's for one-layer models) waits for one more o_proj block
+// than there is, so the watchdog fires; later launches run the real schedule.
 std::unique_ptr<GpuBackend> create_gpu_backend(const Model& model, const GpuOptions& options);
 
 }  // namespace mk

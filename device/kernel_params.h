@@ -121,6 +121,9 @@ struct KernelParams {
   unsigned long long* out_token_time_ns;
   uint32_t* progress;     // per workgroup: (step << 16) | (instruction index + 1), 0xffffffff when done
   const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
+  // Host sets non-zero to stop a hung launch: waits that have lasted past kAbortCheckAfterNs give up and
+  // their workgroups leave the kernel (device/launch_abort.h).
+  const volatile uint32_t* abort;
   // Profiling (the kernel's kProfile instantiations only): per workgroup, per Op, kProfileFields counters;
   // and the SM/CU each workgroup ran on (device/hw_unit.h), to relate its times to the chip's topology.
   unsigned long long* profile;

@@ -6,6 +6,7 @@
 #include "device/gpu.h"
 #include "device/hw_unit.h"
 #include "device/kernel_params.h"
+#include "device/launch_abort.h"
 #include "device/machine.h"
 #include "device/monokernel.h"
 #include "device/platform.h"
@@ -19,29 +20,43 @@ namespace {
 
 __device__ __forceinline__ uint32_t wait_target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
 
-// Thread 0 spins until the counter reaches the target.
-__device__ void spin_until(const unsigned* counter, uint32_t target) {
-  while (load_acquire(counter) < target) spin_pause();
+// Thread 0 spins until the counter reaches the target; false if it gave up instead (the host aborted a
+// hung launch, device/launch_abort.h).
+__device__ bool spin_until(const KernelParams& p, const unsigned* counter, uint32_t target) {
+  AbortableWait wait{p.abort};
+  while (load_acquire(counter) < target) {
+    spin_pause();
+    if (wait.give_up()) return false;
+  }
+  return true;
 }
+
+// Marks the instruction a workgroup gave up waiting for (Instr::num_waits is at most 2): every thread
+// reads the instruction after the barrier that follows the waits, so the mark costs no extra load.
+constexpr uint8_t kAbandoned = 0xff;
 
 // Warp 0 waits until counter c reaches `target`. A flat counter: lane 0 polls it. A per-domain counter:
 // lanes 0..D-1 poll one stripe each (an acquire load per stripe, so the warp synchronises with every
 // producer whose add it counted) until the stripes sum to the target (runtime/schedule.h says why the
 // sum is enough). (One thread reading the stripes in turn with relaxed loads and one fence was slower
 // still: +4.9% against flat counters on an H200, where a lane per stripe is +1.2%.)
-__device__ void wait_counter(const KernelParams& p, uint32_t c, uint32_t target) {
+// Returns false, on every lane, if the warp gave up (a hung launch aborted by the host).
+__device__ bool wait_counter(const KernelParams& p, uint32_t c, uint32_t target) {
   if (c < p.first_striped_counter) {
-    if (lane_id() == 0) spin_until(p.counters + counter_word(c), target);
-    return;
+    const bool gave_up = lane_id() == 0 && !spin_until(p, p.counters + counter_word(c), target);
+    return ballot(gave_up) == 0;
   }
   const uint32_t lane = uint32_t(lane_id());
   const unsigned* stripe = p.counters + counter_word(counter_line(c, lane, p.first_striped_counter, p.sync_domains));
+  AbortableWait wait{p.abort};
   for (;;) {
     unsigned seen = lane < p.sync_domains ? load_acquire(stripe) : 0u;
 #pragma unroll
     for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) seen += __float_as_uint(shfl_xor(__uint_as_float(seen), o));
-    if (seen >= target) return;
+    if (seen >= target) return true;
     spin_pause();
+    // Lane 0 decides for the warp: the lanes' clock and abort-word reads could disagree.
+    if (ballot(lane == 0 && wait.give_up()) != 0) return false;
   }
 }
 
@@ -60,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // Raw storage: HIP rejects __shared__ objects with constructors (Instr has member initialisers).
   __shared__ uint4 current_storage[(sizeof(Instr) + 15) / 16];
   Instr& current = *reinterpret_cast<Instr*>(current_storage);
-  __shared__ uint32_t stopped;
+  __shared__ uint32_t stopped;  // the step gate's decision: the launch ended (or was aborted)
   __shared__ uint32_t my_stripe;  // the stripe this workgroup adds to in per-domain counters
   __shared__ StreamState stream_state;
   const uint32_t wg = blockIdx.x;
@@ -80,10 +95,8 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
 
   for (uint32_t step = 0; step < uint32_t(p.max_steps); ++step) {
     if (step > 0) {  // step gate: the previous step's Sample has run; did it end the launch?
-      if (threadIdx.x == 0) {
-        spin_until(p.counters + counter_word(p.sample_counter), step);
-        stopped = load_fresh(p.stop_flag);
-      }
+      if (threadIdx.x == 0)
+        stopped = spin_until(p, p.counters + counter_word(p.sample_counter), step) ? load_fresh(p.stop_flag) : 1u;
       __syncthreads();
       const bool stop = stopped != 0;
       __syncthreads();
@@ -91,6 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
     Machine<kFp16, kStream, kProfile> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
+    bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
       unsigned long long t0 = 0, t1 = 0;
       if (threadIdx.x == 0 && prof) t0 = global_timer_ns();
@@ -100,18 +114,31 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
         current = p.instrs[i];
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
         if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
-        if constexpr (!kGrouped)
-          for (int w = 0; w < current.num_waits; ++w)
-            spin_until(p.counters + counter_word(current.waits[w].counter), wait_target(current.waits[w], step));
+        if constexpr (!kGrouped) {
+          bool ready = true;
+          for (int w = 0; ready && w < current.num_waits; ++w)
+            ready = spin_until(p, p.counters + counter_word(current.waits[w].counter), wait_target(current.waits[w], step));
+          if (!ready) current.num_waits = kAbandoned;
+        }
       }
       if constexpr (kGrouped)
         if (warp_id() == 0) {
           sync_warp();
-          for (int w = 0; w < current.num_waits; ++w) wait_counter(p, current.waits[w].counter, wait_target(current.waits[w], step));
+          // ready is the same on every lane (wait_counter), and a lane reads num_waits only while it is
+          // true, so no lane reads it once lane 0 may mark it.
+          bool ready = true;
+          for (int w = 0; ready && w < current.num_waits; ++w)
+            ready = wait_counter(p, current.waits[w].counter, wait_target(current.waits[w], step));
+          if (!ready && lane_id() == 0) current.num_waits = kAbandoned;
         }
       if (threadIdx.x == 0 && prof) t1 = global_timer_ns();
       __syncthreads();
       const Instr in = current;
+      if (in.num_waits == kAbandoned) {  // a hung launch, aborted by the host: leave
+        wait_async_copies();  // the prestage's copies land before the workgroup's shared memory is gone
+        abandoned = true;
+        break;
+      }
       m.index = i;
       m.execute(in);
       release_block_writes();
@@ -138,6 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
         }
       }
     }
+    if (abandoned) break;
   }
   if (threadIdx.x == 0) {
     if constexpr (kStream) ws.drain();  // chunks issued ahead for steps that did not run

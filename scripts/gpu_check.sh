@@ -10,4 +10,5 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 export MK_FIXTURES="$(pwd)/tests/fixtures"
 rc=0
 "$build/tests/test_gpu" 2>&1 | tee "$out/test_gpu.log" || rc=1
+"$build/tests/test_gpu_api" 2>&1 | tee "$out/test_gpu_api.log" || rc=1
 exit $rc

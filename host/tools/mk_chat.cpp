@@ -14,6 +14,7 @@
 #include <clocale>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cwchar>
 #include <limits>
 #include <memory>
@@ -269,6 +270,11 @@ std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& tex
     });
   } catch (const mk::EngineError& e) {
     g_session = nullptr;
+    if (e.device_lost()) {  // the hung kernel would not stop: nothing more can run, and teardown would wait for it
+      fmt::print(stderr, "error: {}\nexiting: the GPU is occupied by a kernel that cannot be stopped\n", e.what());
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
     if (e.kind() == mk::EngineErrorKind::ContextFull)
       fmt::print(stderr, "error: {}\n[{}]\n", e.what(),
                  one_shot ? "use a shorter prompt, or a larger context (-c)"

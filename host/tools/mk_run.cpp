@@ -7,6 +7,8 @@
 
 #include <charconv>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <new>
@@ -179,6 +181,12 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const mk::HangError& e) {
+    fmt::print(stderr, "mk-run: error: {}\n", e.what());
+    if (e.stopped()) return 3;
+    // The kernel would not stop: destructors and the GPU runtime's teardown would wait for it forever.
+    std::fflush(stderr);
+    std::_Exit(3);
   } catch (const mk::Error& e) {
     fmt::print(stderr, "mk-run: error: {}\n", e.what());
     return 1;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -319,24 +321,46 @@ TEST(Gpu, OutOfMemoryIsAClearError) {
   }
 }
 
-TEST(GpuDeathTest, WatchdogNamesTheStuckInstruction) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+// A planted hang (layer 1's gate_up waits for one o_proj block more than there is, for the first two
+// launches): the watchdog aborts the launch, generate() throws HangError naming the stuck instruction,
+// the process lives on, and once the schedule is whole again the backend gives the tokens a fresh one
+// gives, for this call and the next turn.
+TEST(Gpu, APlantedHangIsAnErrorAndTheBackendRecovers) {
   TinyModelSpec spec;
+  spec.eos = {};
   auto model = tiny(spec, "gpu-watchdog");
-  EXPECT_EXIT(
-      {
-        GpuOptions gopt;
-        gopt.context = 32;
-        gopt.watchdog_seconds = 1.0;
-        gopt.debug_edit_schedule = [](Schedule& s) {
-          for (auto& in : s.instrs)
-            if (in.op == Op::GateUp && in.layer == 1) in.waits[0].per_step += 1;  // never satisfied
-        };
-        auto gpu = create_gpu_backend(*model, gopt);
-        run(*gpu, {1, 2}, 4);
-      },
-      ::testing::ExitedWithCode(3),
-      "watchdog(.|\n)*layer 1 gate_up rows[^\n]*<- earliest blocked instruction\n    waits for counter 'layer 1 o_proj'");
+  GpuOptions gopt;
+  gopt.context = 32;
+  gopt.watchdog_seconds = 1.0;
+  gopt.debug_edit_launches = 2;
+  gopt.debug_edit_schedule = [](Schedule& s) {
+    for (auto& in : s.instrs)
+      if (in.op == Op::GateUp && in.layer == 1) in.waits[0].per_step += 1;  // never satisfied
+  };
+  auto gpu = create_gpu_backend(*model, gopt);
+  for (int attempt = 0; attempt < 2; ++attempt) {  // twice: an aborted launch leaves nothing behind
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      run(*gpu, {1, 2}, 4);
+      ADD_FAILURE() << "no hang reported";
+    } catch (const HangError& e) {
+      EXPECT_TRUE(e.stopped()) << e.what();
+      EXPECT_THAT(e.what(), ::testing::ContainsRegex("watchdog(.|\n)*layer 1 gate_up rows[^\n]*<- earliest blocked "
+                                                     "instruction\n    waits for counter 'layer 1 o_proj'"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("the kernel left after"));
+      std::printf("attempt %d: %s\n", attempt, e.what());
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(seconds, 1.0 + 2.0) << "the abort took longer than the watchdog plus 2 s";
+    EXPECT_EQ(gpu->position(), 0);
+  }
+  GpuOptions plain;
+  plain.context = 32;
+  auto fresh = create_gpu_backend(*model, plain);
+  const auto expected = run(*fresh, {1, 2}, 8), recovered = run(*gpu, {1, 2}, 8);
+  EXPECT_EQ(recovered.tokens, expected.tokens);
+  EXPECT_EQ(run(*gpu, {3}, 4).tokens, run(*fresh, {3}, 4).tokens);
+  EXPECT_EQ(gpu->position(), fresh->position());
 }
 
 }  // namespace
