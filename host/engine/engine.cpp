@@ -466,6 +466,12 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
   GenerateResult result;
   try {
     result = backend_->generate(request, on_backend_token);
+  } catch (const RequestError& e) {
+    // Rejected before anything ran: the backend and what the cache holds are unchanged.
+    throw EngineError(EngineErrorKind::InvalidArgument, fmt::format("the prompt cannot be run: {}", e.what()));
+  } catch (const HangError& e) {
+    cache_tokens_known_ = false;
+    throw EngineError(EngineErrorKind::Backend, e.what(), /*device_lost=*/!e.stopped());
   } catch (const Error& e) {
     cache_tokens_known_ = false;
     throw EngineError(EngineErrorKind::Backend, e.what());
