@@ -586,20 +586,33 @@ TEST(Emulator, CancelStopsAtTheNextToken) {
 
 TEST(Emulator, AContextTooLargeForTheHostIsRefusedBeforeAllocating) {
   TinyModelSpec spec;
+  spec.layers = 16;
+  spec.kv_heads = 4;
+  spec.head_dim = 64;  // q_dim 256 != hidden 64: written to config.json
   auto model = tiny(spec, "huge-context");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
-  opt.context = 2000000000;  // 2 layers x 2 kv heads x 16 x 2 bytes x 2 (K, V): 477 GiB of KV cache
+  opt.context = 1 << 24;  // the largest context allowed (runtime/limits.h): 16 x 4 x 64 x 2 bytes x 2 (K, V) a token
   opt.check_dependencies = false;
   try {
     Emulator emu(*model, opt);
-    FAIL() << "a context of 2e9 tokens was accepted";
+    FAIL() << "a context needing 256 GiB of KV cache was accepted";
   } catch (const OutOfMemoryError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("context of 2000000000 tokens"));
-    EXPECT_THAT(e.what(), HasSubstr("KV cache for 2000000000 tokens 476.8 GiB"));
+    EXPECT_THAT(e.what(), HasSubstr("context of 16777216 tokens"));
+    EXPECT_THAT(e.what(), HasSubstr("KV cache for 16777216 tokens 256.0 GiB"));
     EXPECT_THAT(e.what(), HasSubstr("is available ("));  // the limit and where it comes from
     EXPECT_THAT(e.what(), HasSubstr("lower the context size (-c)"));
   }
+}
+
+TEST(Emulator, AContextOverTheLimitIsRefused) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "over-limit-context");
+  EmulatorOptions opt;
+  opt.num_workgroups = 4;
+  opt.context = 2000000000;
+  EXPECT_THAT([&] { Emulator emu(*model, opt); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("context must be between 1 and 16777216 tokens (got 2000000000)")));
 }
 
 TEST(HostMemory, ReadsMemAvailableAndNamesEveryPartOfARequest) {
