@@ -5,6 +5,7 @@
 #  - with an NVIDIA GPU (nvidia-smi works and nvcc is installed): then the speed at a real shape, the
 #    monokernel on Llama-3.2-1B's shapes with random weights (--preset llama-3.2-1b, its summary line) and
 #    the benchmark line (mk-bench, context 1024).
+# The showing part is scripts/demo.sh, which runs on a tree built elsewhere too (the GPU check does).
 # Extra arguments go to mk-run instead (e.g. -m MODEL_DIR -n 256).
 #   scripts/run.sh [mk-run arguments]
 set -euo pipefail
@@ -23,11 +24,4 @@ cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 if [[ $# -gt 0 ]]; then
   exec "$build/host/tools/mk-run" "$@"
 fi
-# Greedy, so that the text is the same on every run (and on the GPU and the emulator, up to near-ties).
-prompt="Write a Python function read_lines(path). Return the lines of the file at path, without their newlines."
-printf '> %s\n' "$prompt"
-"$build/host/tools/mk-chat" --temp 0 -n 200 -p "$prompt"
-if [[ $gpu != none ]]; then
-  "$build/host/tools/mk-run" --preset llama-3.2-1b -n 128 -c 2048 -q
-  "$build/bench/mk-bench" --preset llama-3.2-1b --depths 1024 -n 128 -r 3
-fi
+exec scripts/demo.sh "$build"
