@@ -180,20 +180,27 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
 TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
   // 700 positions: attention runs over several active splits. With the default splits each is one
   // shared-memory tile (the first tile is staged before the wait); with 2 splits each walks 3 tiles and
-  // the new position falls in a later tile (read back from the cache).
+  // the new position falls in a later tile (read back from the cache). Both on the default weight stream;
+  // the 2 splits also with 1 KiB stream slots (the ring wraps many times per GEMV at this length's
+  // schedule) and with weights through registers (the AMD path).
   TinyModelSpec spec;
   spec.eos = {};
   auto model = tiny(spec, "gpu-long");
-  for (int splits : {0, 2}) {
+  struct Config {
+    int splits, slots, slot_kib;
+  };
+  for (const Config cfg : {Config{0, -1, 0}, Config{2, -1, 0}, Config{2, 3, 1}, Config{2, 0, 0}}) {
     GpuOptions gopt;
     gopt.context = 800;
-    gopt.attention_splits = splits;
+    gopt.attention_splits = cfg.splits;
+    gopt.stream_slots = cfg.slots;
+    gopt.stream_slot_kib = cfg.slot_kib;
     auto gpu = create_gpu_backend(*model, gopt);
     std::vector<int32_t> prompt(700);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
     const int S = gpu->schedule().attention_splits;
     expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 32,
-                                fmt::format("700-token prompt, {} active splits of {}", active_attention_splits(732, S), S));
+                                fmt::format("700-token prompt, {} active splits of {}, {}", active_attention_splits(732, S), S, gpu->name()));
   }
 }
 
