@@ -16,6 +16,7 @@
 #include "host/server/request.h"
 #include "host/server/scheduler.h"
 #include "host/server/stop_filter.h"
+#include "runtime/decode_backend.h"
 #include "tests/helpers/tiny_chat_model.h"
 
 namespace mk::server {
@@ -270,7 +271,7 @@ TEST(ServerMetrics, PrometheusTextWithCountsHistogramsAndEscapedLabels) {
   g.decode_tokens = 4;
   g.decode_seconds = 0.5;
   m.record(g);
-  const std::string text = m.render({2, 16, true}, "my \"model\"\\", "emu");
+  const std::string text = m.render({2, 16, true, false, ""}, "my \"model\"\\", "emu");
   EXPECT_THAT(text, HasSubstr("mk_http_requests_total{path=\"/v1/completions\",status=\"200\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("mk_http_requests_total{path=\"other\",status=\"404\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("mk_generations_total{endpoint=\"chat\",finish_reason=\"stop\"} 1\n"));
@@ -412,6 +413,52 @@ TEST_F(ServerScheduler, StoppingEndsEveryJobAndRefusesNewOnes) {
   EXPECT_EQ(waiting->outcome().finish_reason, "cancelled");
   EXPECT_EQ(scheduler_->submit(job("late", 1)), Scheduler::Admission::Stopping);
   scheduler_->stop();  // twice is fine
+}
+
+// A backend whose every launch hangs and does not stop (on a GPU: the device is lost).
+class LostDevice final : public DecodeBackend {
+ public:
+  explicit LostDevice(int context) : context_(context) {}
+  GenerateResult generate(const GenerateRequest&, const TokenCallback&) override {
+    throw HangError("decode launch hung (layer 3 down) and did not stop when aborted", /*stopped=*/false);
+  }
+  void cancel() override {}
+  void reset() override {}
+  int position() const override { return 0; }
+  int context() const override { return context_; }
+  std::string name() const override { return "lost device"; }
+
+ private:
+  int context_;
+};
+
+TEST(ServerHealth, OkWhileTheDeviceWorks503OnceItIsLost) {
+  const HealthReply ok = health_reply(QueueState{1, 4, true, false, ""});
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, json({{"status", "ok"}, {"queue_length", 1}, {"generating", true}}));
+
+  const test::ScopedTinyChatModel model("server-lost-device");
+  Engine engine(Tokenizer::load(model.dir), ChatTemplate::load(model.dir), "", {model.ids.im_end},
+                [] { return std::unique_ptr<DecodeBackend>(new LostDevice(512)); });
+  auto session = engine.create_session();
+  Metrics metrics;
+  Scheduler scheduler(*session, engine.tokenizer(), 2, metrics);
+  EXPECT_FALSE(scheduler.state().device_lost);
+  auto j = std::make_shared<Job>();
+  j->endpoint = Endpoint::Completion;
+  j->prompt = engine.tokenizer().encode("hello", true);
+  j->params.max_tokens = 4;
+  ASSERT_EQ(scheduler.submit(j), Scheduler::Admission::Queued);
+  while (!j->wait(std::chrono::milliseconds(100)).done) {
+  }
+  EXPECT_EQ(j->outcome().finish_reason, "error");
+  EXPECT_THAT(j->outcome().error, HasSubstr("did not stop"));
+  const QueueState q = scheduler.state();
+  EXPECT_TRUE(q.device_lost);
+  const HealthReply lost = health_reply(q);
+  EXPECT_EQ(lost.status, 503);
+  EXPECT_EQ(lost.body["status"], "device_lost");
+  EXPECT_THAT(lost.body["error"].get<std::string>(), HasSubstr("layer 3 down"));
 }
 
 }  // namespace

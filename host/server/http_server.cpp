@@ -399,8 +399,9 @@ struct HttpServer::Impl {
       res.set_content(dump(models_json(config.model_id, started)), "application/json");
     }));
     http.Get("/health", guarded([this](const Request&, Response& res) {
-      const QueueState q = scheduler.state();
-      res.set_content(dump({{"status", "ok"}, {"queue_length", q.waiting}, {"generating", q.generating}}), "application/json");
+      const HealthReply h = health_reply(scheduler.state());
+      res.status = h.status;
+      res.set_content(dump(h.body), "application/json");
     }));
     http.Get("/metrics", guarded([this](const Request& req, Response& res) {
       require_key(req);

@@ -48,6 +48,10 @@ struct GenerationRecord {
 struct QueueState {
   size_t waiting = 0, capacity = 0;
   bool generating = false;
+  // A generation failed with the device lost (a hung GPU launch that did not stop): nothing will run
+  // until the server is restarted. `device_error` is that failure's message.
+  bool device_lost = false;
+  std::string device_error;
 };
 
 class Metrics {

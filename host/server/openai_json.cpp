@@ -93,6 +93,15 @@ json models_json(const std::string& model, int64_t created) {
   return {{"object", "list"}, {"data", json::array({model_json(model, created)})}};
 }
 
+HealthReply health_reply(const QueueState& q) {
+  if (q.device_lost)
+    return {503, {{"status", "device_lost"},
+                  {"error", "the device was lost (a generation hung and its launch did not stop): restart the server; " + q.device_error},
+                  {"queue_length", q.waiting},
+                  {"generating", q.generating}}};
+  return {200, {{"status", "ok"}, {"queue_length", q.waiting}, {"generating", q.generating}}};
+}
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string sse_event(const json& j) { return "data: " + dump(j) + "\n\n"; }

@@ -38,6 +38,14 @@ nlohmann::json usage_chunk(const ResponseIds& ids, const JobOutcome& o);
 nlohmann::json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o);
 
 nlohmann::json models_json(const std::string& model, int64_t created);
+
+// GET /health: 200 {"status": "ok", "queue_length", "generating"} while the server can generate; 503
+// {"status": "device_lost", "error", ...} once the device is lost, so that a load balancer stops sending.
+struct HealthReply {
+  int status = 200;
+  nlohmann::json body;
+};
+HealthReply health_reply(const QueueState& queue);
 nlohmann::json model_json(const std::string& model, int64_t created);
 
 // Serialised for the wire. Invalid UTF-8 (a model directory's name, say) becomes U+FFFD instead of failing.

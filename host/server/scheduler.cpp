@@ -126,7 +126,7 @@ void Scheduler::stop() {
 
 QueueState Scheduler::state() const {
   std::lock_guard lock(mutex_);
-  return {queue_.size(), capacity_, current_ != nullptr};
+  return {queue_.size(), capacity_, current_ != nullptr, device_lost_, device_error_};
 }
 
 void Scheduler::run() {
@@ -185,7 +185,15 @@ void Scheduler::generate(Job& job) {
       else if (r.stop == StopReason::MaxTokens || r.stop == StopReason::ContextFull) o.finish_reason = "length";
       else o.finish_reason = "cancelled";  // the server is stopping
     }
-  } catch (const std::exception& e) {  // the request was checked before it was queued: a backend failure
+  } catch (const EngineError& e) {  // the request was checked before it was queued: a backend failure
+    o.finish_reason = "error";
+    o.error = e.what();
+    if (e.device_lost()) {
+      std::lock_guard lock(mutex_);
+      device_lost_ = true;
+      device_error_ = e.what();
+    }
+  } catch (const std::exception& e) {
     o.finish_reason = "error";
     o.error = e.what();
   }

@@ -110,6 +110,8 @@ class Scheduler {
   std::deque<std::shared_ptr<Job>> queue_;
   std::shared_ptr<Job> current_;
   bool stopping_ = false;
+  bool device_lost_ = false;  // QueueState::device_lost
+  std::string device_error_;
   std::once_flag joined_;
   std::thread worker_;  // last: starts after everything it uses
 };
