@@ -261,19 +261,14 @@ TEST(ChatPty, ResetStartsOverAndQuitExits) {
   EXPECT_EQ(chat.wait_exit(), 0);
 }
 
+// Ctrl-D sent as soon as the prompt shows: the terminal must already be in the editor's mode then (a
+// Ctrl-D that the terminal's cooked mode takes becomes a NUL that libedit quote-inserts: seen about once
+// in 12 runs under load before the fix).
 TEST(ChatPty, EndOfInputExits) {
   Chat chat({"-n", "4"});
   chat.expect("> ", 0);
   chat.send("\x04");  // Ctrl-D on an empty line
-  int status = chat.wait_exit(3s);
-  if (status == -1) {
-    // Seen once in ~5 runs on a loaded 2-core machine: the first Ctrl-D, sent as soon as "> " shows, is
-    // not seen (a known issue to chase: type-ahead at the first prompt); a second one must end the chat.
-    std::fprintf(stderr, "ChatPty.EndOfInputExits: the first Ctrl-D was not seen; sending another\n");
-    chat.send("\x04");
-    status = chat.wait_exit();
-  }
-  EXPECT_EQ(status, 0);
+  EXPECT_EQ(chat.wait_exit(), 0) << "output:\n" << chat.output();
 }
 
 TEST(ChatPty, AFullContextIsExplained) {

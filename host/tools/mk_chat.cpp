@@ -139,6 +139,10 @@ class LineEditor {
     seen_ = &seen;
     interrupted_ = false;
     int count = 0;
+    // The terminal goes raw before the prompt shows: this libedit prints the prompt first, and a Ctrl-D
+    // typed in that window was taken by the terminal's cooked mode as end-of-file, reached libedit as a NUL
+    // byte (bound to quoted-insert) and swallowed the next key (strace; docs/log.md, eighth session).
+    el_set(editor_, EL_PREP_TERM, 1);
     const char* text = el_gets(editor_, &count);  // prints the prompt; returns with the terminal restored
     if (interrupted_) {
       std::fputc('\n', stdout);  // leave the abandoned line on the screen, as a shell does
