@@ -16,7 +16,7 @@ struct DownOp : OpDefaults {
     return g;
   }
   // h in planes, then the residual rows it adds to (Machine::residual_rows).
-  static size_t smem_floats(const ModelDims& d, const Instr& in) { return gemv_residual_offset(d) + (in.end - in.begin); }
+  static size_t smem_floats(const ModelDims& d, const Instr& in) { return residual_gemv_floats(d, in); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {

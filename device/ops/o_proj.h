@@ -17,7 +17,7 @@ struct OProjOp : OpDefaults {
     return g;
   }
   // The combined attention output in planes and every (m, l), then the residual rows it adds to.
-  static size_t smem_floats(const ModelDims& d, const Instr& in) { return gemv_residual_offset(d) + (in.end - in.begin); }
+  static size_t smem_floats(const ModelDims& d, const Instr& in) { return residual_gemv_floats(d, in); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {

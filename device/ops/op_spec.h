@@ -46,4 +46,8 @@ struct OpDefaults {
 // the staged norm weight, hidden floats each (Machine::staged_norm), and the per-warp reduction slots.
 inline size_t norm_gemv_floats(const ModelDims& d) { return size_t(2 * d.hidden + 2 * (kThreads / 32)); }
 
+// The activation area of a GEMV that adds to the residual stream (o_proj, down): its input, then the
+// residual rows [begin, end) it adds to (Machine::residual_rows).
+inline size_t residual_gemv_floats(const ModelDims& d, const Instr& in) { return gemv_residual_offset(d) + (in.end - in.begin); }
+
 }  // namespace mk::dev

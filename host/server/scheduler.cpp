@@ -185,17 +185,14 @@ void Scheduler::generate(Job& job) {
       else if (r.stop == StopReason::MaxTokens || r.stop == StopReason::ContextFull) o.finish_reason = "length";
       else o.finish_reason = "cancelled";  // the server is stopping
     }
-  } catch (const EngineError& e) {  // the request was checked before it was queued: a backend failure
+  } catch (const std::exception& e) {  // the request was checked before it was queued: a backend failure
     o.finish_reason = "error";
     o.error = e.what();
-    if (e.device_lost()) {
+    if (const auto* engine_error = dynamic_cast<const EngineError*>(&e); engine_error && engine_error->device_lost()) {
       std::lock_guard lock(mutex_);
       device_lost_ = true;
       device_error_ = e.what();
     }
-  } catch (const std::exception& e) {
-    o.finish_reason = "error";
-    o.error = e.what();
   }
   job.finish(o);
   record(job, o);

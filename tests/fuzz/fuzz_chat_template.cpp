@@ -31,6 +31,7 @@
 
 #include "runtime/chat_template.h"
 #include "runtime/error.h"
+#include "tests/fuzz/fuzz_input.h"
 
 namespace {
 
@@ -187,13 +188,7 @@ void check_render(const mk::ChatTemplate& t, std::vector<mk::ChatMessage> messag
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view rest(reinterpret_cast<const char*>(data), size);
-  std::string_view parts[3];
-  for (std::string_view& part : parts) {
-    const size_t nul = rest.find('\0');
-    part = rest.substr(0, nul);
-    rest = nul == std::string_view::npos ? std::string_view() : rest.substr(nul + 1);
-  }
+  const auto parts = mk::fuzz::split_at_nul<3>(data, size);
   std::optional<mk::ChatTemplate> t;
   try {
     const std::optional<std::string> jinja = parts[1].empty() ? std::nullopt : std::optional<std::string>(parts[1]);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "tests/fuzz/fuzz_input.h"
 #include "runtime/limits.h"
 #include "runtime/tokenizer.h"
 
@@ -266,13 +267,7 @@ void check_tokenizer(const mk::Tokenizer& t, std::string_view text, bool round_t
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::string_view rest(reinterpret_cast<const char*>(data), size);
-  std::string_view parts[4];
-  for (std::string_view& part : parts) {
-    const size_t nul = rest.find('\0');
-    part = rest.substr(0, nul);
-    rest = nul == std::string_view::npos ? std::string_view() : rest.substr(nul + 1);
-  }
+  const auto parts = mk::fuzz::split_at_nul<4>(data, size);
   if (parts[0].empty()) {
     static const mk::Tokenizer llama = mk::Tokenizer::from_json(llama_shaped_tokenizer(), "", "", kSource);
     check_tokenizer(llama, parts[1], /*round_trip=*/true);
