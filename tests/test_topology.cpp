@@ -10,21 +10,13 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "tests/helpers/error_of.h"
 #include "topology/topology.h"
 
 namespace mk {
 namespace {
 
-// Runs f and returns the mk::Error message (empty if f did not throw mk::Error).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
-}
+using test::error_of;
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

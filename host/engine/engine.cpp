@@ -247,6 +247,24 @@ SessionStats Session::stats() const {
   return s;
 }
 
+GenerateResult Session::generate_or_throw(const GenerateRequest& request, const TokenCallback& on_token,
+                                         bool& cache_consistent, std::string_view rejected_hint) {
+  try {
+    return backend_->generate(request, on_token);
+  } catch (const RequestError& e) {
+    throw EngineError(EngineErrorKind::InvalidArgument, fmt::format("the prompt cannot be run: {}{}", e.what(), rejected_hint));
+  } catch (const HangError& e) {
+    cache_consistent = false;
+    throw EngineError(EngineErrorKind::Backend, e.what(), /*device_lost=*/!e.stopped());
+  } catch (const Error& e) {
+    cache_consistent = false;
+    throw EngineError(EngineErrorKind::Backend, e.what());
+  } catch (...) {
+    cache_consistent = false;
+    throw;
+  }
+}
+
 TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnParams& params, const TextCallback& on_text) {
   BusyGuard guard(busy_);
   if (messages.empty()) throw EngineError(EngineErrorKind::InvalidArgument, "chat: no message to send");
@@ -330,25 +348,10 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   };
 
   cancel_requested_ = false;
-  GenerateResult result;
-  try {
-    result = backend_->generate(request, on_token);
-  } catch (const RequestError& e) {
-    // Rejected before anything ran: the backend and the session are unchanged. The context was checked
-    // above, so what is left is a token the model has no embedding row for: the tokenizer knows more
-    // ids than the model (the text has characters the model was not given tokens for).
-    throw EngineError(EngineErrorKind::InvalidArgument,
-                      fmt::format("the prompt cannot be run: {} (its text has tokens the model's vocabulary lacks)", e.what()));
-  } catch (const HangError& e) {
-    cache_valid_ = false;
-    throw EngineError(EngineErrorKind::Backend, e.what(), /*device_lost=*/!e.stopped());
-  } catch (const Error& e) {
-    cache_valid_ = false;
-    throw EngineError(EngineErrorKind::Backend, e.what());
-  } catch (...) {
-    cache_valid_ = false;
-    throw;
-  }
+  // The context was checked above, so a request the backend rejects has a token the model has no
+  // embedding row for: the tokenizer knows more ids than the model.
+  const GenerateResult result =
+      generate_or_throw(request, on_token, cache_valid_, " (its text has tokens the model's vocabulary lacks)");
   emit(decoder.flush());
 
   out.stats = result.stats;
@@ -463,22 +466,7 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
 
   cancel_requested_ = false;
   const int start = backend_->position();
-  GenerateResult result;
-  try {
-    result = backend_->generate(request, on_backend_token);
-  } catch (const RequestError& e) {
-    // Rejected before anything ran: the backend and what the cache holds are unchanged.
-    throw EngineError(EngineErrorKind::InvalidArgument, fmt::format("the prompt cannot be run: {}", e.what()));
-  } catch (const HangError& e) {
-    cache_tokens_known_ = false;
-    throw EngineError(EngineErrorKind::Backend, e.what(), /*device_lost=*/!e.stopped());
-  } catch (const Error& e) {
-    cache_tokens_known_ = false;
-    throw EngineError(EngineErrorKind::Backend, e.what());
-  } catch (...) {
-    cache_tokens_known_ = false;
-    throw;
-  }
+  const GenerateResult result = generate_or_throw(request, on_backend_token, cache_tokens_known_, "");
 
   // The cache grew by one position per step that ran: the fed tokens, then every sampled token but the
   // last (pending). A stop during the prompt leaves part of it and no pending token.

@@ -196,6 +196,12 @@ class Session {
   friend class Engine;
   Session(std::shared_ptr<Engine::Shared> shared, std::unique_ptr<DecodeBackend> backend, SessionOptions options);
   bool is_stop_token(int32_t token) const;
+  // Runs the backend. A request it rejects before anything runs becomes InvalidArgument ("the prompt
+  // cannot be run: ..." + `rejected_hint`; backend and cache unchanged). Any other failure clears
+  // `cache_consistent` (the cache may hold part of the turn) and becomes a Backend error, device_lost when
+  // the hung kernel would not stop.
+  GenerateResult generate_or_throw(const GenerateRequest& request, const TokenCallback& on_token, bool& cache_consistent,
+                                   std::string_view rejected_hint);
 
   std::shared_ptr<Engine::Shared> shared_;  // declared first: outlives backend_
   std::unique_ptr<DecodeBackend> backend_;

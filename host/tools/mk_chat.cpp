@@ -25,6 +25,7 @@
 
 #include "host/engine/engine.h"
 #include "host/tools/cli_checks.h"
+#include "host/tools/tool_main.h"
 
 #include "host/tools/shipped_model.h"  // the model opened without -m
 
@@ -407,14 +408,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mk::Error& e) {
-    fmt::print(stderr, "mk-chat: error: {}\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
-    fmt::print(stderr, "mk-chat: error: out of memory\n");
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return mk::cli::run_tool("mk-chat", run, argc, argv); }

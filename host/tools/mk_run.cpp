@@ -16,6 +16,7 @@
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
 #include "host/tools/cli_checks.h"
+#include "host/tools/tool_main.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/synthetic_model.h"
@@ -178,20 +179,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mk::HangError& e) {
-    fmt::print(stderr, "mk-run: error: {}\n", e.what());
-    if (e.stopped()) return 3;
-    // The kernel would not stop: destructors and the GPU runtime's teardown would wait for it forever.
-    std::fflush(stderr);
-    std::_Exit(3);
-  } catch (const mk::Error& e) {
-    fmt::print(stderr, "mk-run: error: {}\n", e.what());
-    return 1;
-  } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
-    fmt::print(stderr, "mk-run: error: out of memory\n");
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return mk::cli::run_tool("mk-run", run, argc, argv); }

@@ -1,0 +1,36 @@
+// The main() of the command-line tools (mk-run, mk-chat, mk-bench): runs the tool and turns what it
+// throws into one line on stderr, "NAME: error: ...", and an exit status: 1 for an error, 3 for a hung
+// kernel. A hung kernel that would not stop leaves the process at once: destructors and the GPU runtime's
+// teardown would wait for it forever.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "runtime/decode_backend.h"
+#include "runtime/error.h"
+
+namespace mk::cli {
+
+template <class Run>
+int run_tool(const char* name, Run run, int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const HangError& e) {
+    fmt::print(stderr, "{}: error: {}\n", name, e.what());
+    if (e.stopped()) return 3;
+    std::fflush(stderr);
+    std::_Exit(3);
+  } catch (const Error& e) {
+    fmt::print(stderr, "{}: error: {}\n", name, e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
+    fmt::print(stderr, "{}: error: out of memory\n", name);
+    return 1;
+  }
+}
+
+}  // namespace mk::cli
