@@ -1,5 +1,5 @@
-// The fuzz targets' common input form: N fields separated by NUL bytes (missing fields are empty; the
-// last field keeps any further NULs).
+// What the fuzz targets share: their input form, N fields separated by NUL bytes (missing fields are
+// empty; the last field keeps any further NULs), and the check that errors do not leak nlohmann's text.
 #pragma once
 
 #include <array>
@@ -19,6 +19,15 @@ std::array<std::string_view, N> split_at_nul(const uint8_t* data, size_t size) {
     rest = nul == std::string_view::npos ? std::string_view() : rest.substr(nul + 1);
   }
   return parts;
+}
+
+// Whether an error message carries nlohmann's own text ("[json.exception.") other than in a JSON parse
+// error ("not valid JSON"): the parsers must say in their own words what is wrong. An input that holds
+// the marker itself proves nothing, since messages may quote the input.
+inline bool leaks_json_library_message(std::string_view message, std::string_view input) {
+  constexpr std::string_view kMarker = "[json.exception.";
+  return input.find(kMarker) == std::string_view::npos && message.find(kMarker) != std::string_view::npos &&
+         message.find("not valid JSON") == std::string_view::npos;
 }
 
 }  // namespace mk::fuzz
