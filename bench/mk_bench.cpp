@@ -175,6 +175,12 @@ int run(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of the table");
   int splits = 0;
   app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
+  std::string attention_path = "auto";
+  app.add_option("--attention-path", attention_path,
+                 "attention's path: tiles, warps (the long-context kernels' warp chunks) or auto (by how far a launch's "
+                 "sequence reaches)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "tiles", "warps"}));
   std::string sync_domains = "1";
   app.add_option("--sync-domains", sync_domains,
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
@@ -209,6 +215,9 @@ int run(int argc, char** argv) {
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
   opt.stream_slot_kib = slot_kib;
+  opt.attention_path = attention_path == "tiles"   ? mk::AttentionPath::Tiles
+                       : attention_path == "warps" ? mk::AttentionPath::WarpChunks
+                                                   : mk::AttentionPath::Auto;
   if (sync_domains == "probe") {
     const mk::Topology t = mk::probe_topology(opt.device);
     const std::vector<int> unit_group = mk::merge_small_domains(t, 8);

@@ -26,4 +26,32 @@ __device__ __forceinline__ void wait_async_copies() {
 #endif
 }
 
+// Groups of asynchronous copies: commit closes the calling thread's group; wait_async_groups(n) returns
+// once at most n of its groups are still in flight (n < 4). AMD: the copies were synchronous.
+__device__ __forceinline__ void commit_async_group() {
+#if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_async_groups(int n) {
+#if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  switch (n) {  // the count is an immediate operand
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+  }
+#else
+  (void)n;
+#endif
+}
+
+// Orders the calling thread's generic-proxy writes to shared memory (asynchronous copies included) before
+// later async-proxy operations on it (the weight stream's bulk copies), once a barrier follows.
+__device__ __forceinline__ void fence_shared_for_async_proxy() {
+#if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 }  // namespace mk::dev

@@ -121,6 +121,10 @@ void validate_model(const ModelConfig& c) {
   need(c.q_dim() % 8 == 0, fmt::format("num_heads * head_dim = {} is not a multiple of 8", c.q_dim()));
   need(c.head_dim <= 256 && c.head_dim % 8 == 0, fmt::format("head_dim {} (must be a multiple of 8, at most 256)", c.head_dim));
   need(c.group_size() <= 16, fmt::format("{} query heads per kv head (at most 16)", c.group_size()));
+  // Attention's warp path keeps a kv group's output 8 elements a lane, in at most 4 rounds of a warp.
+  need(c.group_size() * c.head_dim <= 1024,
+       fmt::format("{} query heads per kv head x head_dim {} = {} (at most 1,024)", c.group_size(), c.head_dim,
+                   c.group_size() * c.head_dim));
 }
 
 class MonokernelBackend final : public GpuBackend {
@@ -135,9 +139,11 @@ class MonokernelBackend final : public GpuBackend {
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
     schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
     const bool grouped = schedule_.sync_domains > 1;
+    if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
+      fail("attention's warp path needs head_dim / 8 to be a power of two (head_dim is {})", cfg_.head_dim);
     // The streamed kernel for planning the shared memory (its static part is the largest); the final
     // choice follows the plan.
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile, grouped);
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile, grouped, false);
     for (size_t u = 0; u < opt.unit_domain.size(); ++u)
       if (opt.unit_domain[u] < -1 || opt.unit_domain[u] >= opt.sync_domains)
         fail("sync domains: hardware unit {} is mapped to domain {}, outside 0..{}", u, opt.unit_domain[u], opt.sync_domains - 1);
@@ -153,14 +159,11 @@ class MonokernelBackend final : public GpuBackend {
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
     plan_weight_stream(size_t(max_smem));
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile, grouped);
-    MK_GPU_CHECK(hipFuncSetAttribute(kernel_, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
-    int per_sm = 0;
-    MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_bytes_));
-    if (per_sm < 1)
-      fail("the persistent grid cannot be co-resident: 0 workgroups of {} threads with {} bytes of shared memory fit on "
-           "an SM",
-           dev::kThreads, smem_bytes_);
+    // Attention's tile-path kernel now; the long-context one on the first launch that needs it (launch
+    // below), so that sessions that never reach long contexts set up nothing more.
+    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile, grouped, false);
+    kernel_long_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile, grouped, true);
+    prepare_kernel(kernel_);
     check_memory_budget();
     allocate_and_upload();
   }
@@ -191,11 +194,19 @@ class MonokernelBackend final : public GpuBackend {
     p.max_steps = max_steps;
     p.sampling = req.sampling;
 
+    // The furthest sequence length this launch's attention can see: its last step's position + 1.
+    const int reach = std::min(opt_.context, position_ + int(input.size()) + std::max(req.max_new_tokens - 1, 0));
+    const bool long_context = opt_.attention_path == AttentionPath::WarpChunks ||
+                              (opt_.attention_path == AttentionPath::Auto && dev::attention_long_context(dims(), reach));
+    if (long_context && !long_prepared_) {
+      prepare_kernel(kernel_long_);
+      long_prepared_ = true;
+    }
     GenerateResult result;
     const auto t0 = Clock::now();
     void* args[] = {&p};
-    MK_GPU_CHECK(hipLaunchCooperativeKernel(kernel_, dim3(unsigned(schedule_.num_workgroups)), dim3(dev::kThreads), args,
-                                            smem_bytes_, stream_));
+    MK_GPU_CHECK(hipLaunchCooperativeKernel(long_context ? kernel_long_ : kernel_, dim3(unsigned(schedule_.num_workgroups)),
+                                            dim3(dev::kThreads), args, smem_bytes_, stream_));
     stream_tokens(result, on_token, t0);
     const auto* ch = channel();
     result.stop = StopReason(ch->stop_reason);
@@ -286,6 +297,17 @@ class MonokernelBackend final : public GpuBackend {
   }
 
   dev::ModelDims dims() const { return dev::model_dims(cfg_, layout_, schedule_); }
+
+  // Lets kernel `k` take the planned shared memory and checks that the persistent grid fits.
+  void prepare_kernel(const void* k) const {
+    MK_GPU_CHECK(hipFuncSetAttribute(k, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
+    int per_sm = 0;
+    MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, dev::kThreads, smem_bytes_));
+    if (per_sm < 1)
+      fail("the persistent grid cannot be co-resident: 0 workgroups of {} threads with {} bytes of shared memory fit on "
+           "an SM",
+           dev::kThreads, smem_bytes_);
+  }
 
   size_t kv_bytes() const { return dev::device_memory_need(cfg_, layout_, schedule_, opt_.context).kv_cache; }
 
@@ -560,7 +582,9 @@ class MonokernelBackend final : public GpuBackend {
   GpuInfo info_;
   WeightLayout layout_;
   Schedule schedule_;
-  const void* kernel_ = nullptr;
+  const void* kernel_ = nullptr;       // attention's tile path
+  const void* kernel_long_ = nullptr;  // attention's warp path (long contexts), prepared on first use
+  bool long_prepared_ = false;
   size_t smem_bytes_ = 0;
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;

@@ -12,10 +12,16 @@
 
 namespace mk {
 
+// Which of attention's two paths the kernel runs (device/ops/attention.h): the tile path, the warp path of
+// the long-context kernels, or (Auto) the one attention_long_context picks for how far a launch's
+// sequence reaches.
+enum class AttentionPath { Auto, Tiles, WarpChunks };
+
 struct GpuOptions {
   int device = 0;
   int context = 4096;
   int attention_splits = 0;      // 0: chosen by build_schedule from the context
+  AttentionPath attention_path = AttentionPath::Auto;
   bool stage_barriers = false;   // the flat-barrier schedule (ScheduleParams::stage_barriers), for comparison
   // Per-domain counters (ScheduleParams::sync_domains; 1: all flat). unit_domain: hardware unit id (NVIDIA
   // %smid, AMD amd_hw_id) -> domain in [0, sync_domains), -1 for none, e.g. topology/sync_grouping.h's

@@ -24,6 +24,10 @@ enum ProfileField { kProfExec, kProfWait, kProfPrologue, kProfSignal, kProfileFi
 // distinct banks.
 MK_HD_INLINE int attention_row_stride(int head_dim) { return head_dim + 8; }
 
+// Warps of a workgroup on a 32-lane platform: the most there are (AMD's 64-lane waves make half as many).
+// Host-side plans that depend on the warp count size for this many.
+inline constexpr int kMaxWarps = kThreads / 32;
+
 // Positions of K/V staged in shared memory per attention tile: up to ~36 KiB of K plus V, so that a
 // whole split (kPositionsPerSplit = 128 positions) of a 64-wide head is one tile.
 MK_HD_INLINE int attention_tile_positions(int head_dim) {
@@ -38,7 +42,7 @@ struct ModelDims {
   bool qkv_bias, qk_norm;
 };
 
-// Shared memory of one attention instruction (device/monokernel.cu: attention_smem).
+// Shared memory of one attention instruction on the tile path (device/ops/attention.h).
 struct AttentionSmem {
   float *group, *cos, *sin, *o, *m, *l, *corr, *scores;
   uint16_t *k, *v;
@@ -52,9 +56,71 @@ MK_HD_INLINE int attention_k_offset(const ModelDims& d) {
   const int floats = (G + 2) * hd + hd + G * hd + 3 * G + G * attention_tile_positions(hd);
   return (floats + 3) / 4 * 4;
 }
+
+// The warp path (the long-context kernels; device/ops/attention.h) lays out the same area its own way.
+// Its tile: a power of two, at most 128 positions (a split of a short sequence, kPositionsPerSplit, is one
+// tile) and at most kThreads * 16 / head_dim (~36 KiB of K plus V), so that each warp's share (tile /
+// warps positions of K and V) is at most four 16-byte pieces per lane; at least kMaxWarps (a row a warp).
+MK_HD_INLINE int attention_warp_tile_positions(int head_dim) {
+  int t = 128;
+  while (t > kMaxWarps && t * head_dim > 16 * kThreads) t /= 2;
+  return t;
+}
+struct AttentionWarpSmem {
+  float *group, *cos, *sin;  // as on the tile path
+  // Per warp: its output accumulators beyond a lane's 8 (attention_warp_acc_floats), the softmax weights
+  // of its current chunk (G x rows), per head its rescale factor, running max and sum (3G); once the tile
+  // is done (overlapping it), each warp's output, then (m, l) per head.
+  float *acc, *probs, *state, *parts;
+  uint16_t *k, *v;           // the K/V tile, `tile` rows of `stride` elements each
+  int tile, stride, rows;    // positions per tile; K/V row stride in elements (padded); rows a warp owns
+  int rows_log2, row8_log2;  // log2 of rows and of head_dim / 8 (powers of two on this path)
+};
+// Floats of a warp's output accumulators kept in shared memory on the warp path: a lane keeps 8 in
+// registers, the rest of the group's G x head_dim go here (none for 4 heads of 64 on 32 lanes).
+MK_HD_INLINE int attention_warp_acc_floats(const ModelDims& d, int warp_size) {
+  const int more = d.group_size * d.head_dim - 8 * warp_size;
+  return more > 0 ? more : 0;
+}
+// Float offset of the warp path's K tile: after q/k/v, RoPE, the per-warp accumulators (sized for 32-lane
+// warps, the most warps), softmax weights and running state, rounded up to 16 bytes.
+MK_HD_INLINE int attention_warp_k_offset(const ModelDims& d) {
+  const int hd = d.head_dim, G = d.group_size;
+  const int floats = (G + 2) * hd + hd + kMaxWarps * attention_warp_acc_floats(d, 32) +
+                     G * attention_warp_tile_positions(hd) + 3 * kMaxWarps * G;
+  return (floats + 3) / 4 * 4;
+}
+// Floats each warp leaves for the combine at the end of the warp path: the G x head_dim unnormalised
+// output, then m and l per head, padded to whole 16-byte pieces (the outputs are stored as float4s).
+MK_HD_INLINE int attention_part_floats(const ModelDims& d) { return d.group_size * d.head_dim + (2 * d.group_size + 3) / 4 * 4; }
+// Bytes of the attention area on each path, and the area itself: the larger of the two.
+inline size_t attention_tile_smem_bytes(const ModelDims& d) {
+  return size_t(attention_k_offset(d)) * 4 +
+         size_t(2 * attention_tile_positions(d.head_dim) * attention_row_stride(d.head_dim)) * 2;
+}
+inline size_t attention_warp_smem_bytes(const ModelDims& d) {
+  const size_t tile = size_t(2 * attention_warp_tile_positions(d.head_dim) * attention_row_stride(d.head_dim)) * 2;
+  const size_t parts = size_t(kMaxWarps) * size_t(attention_part_floats(d)) * 4;
+  return size_t(attention_warp_k_offset(d)) * 4 + (tile > parts ? tile : parts);
+}
 inline size_t attention_smem_bytes(const ModelDims& d) {
-  const int tile = attention_tile_positions(d.head_dim);
-  return size_t(attention_k_offset(d)) * 4 + size_t(2 * tile * attention_row_stride(d.head_dim)) * 2;
+  const size_t tiles = attention_tile_smem_bytes(d), warps = attention_warp_smem_bytes(d);
+  return tiles > warps ? tiles : warps;
+}
+// The warp path divides by rows and head_dim / 8 with shifts: head_dim / 8 must be a power of two (rows
+// always is).
+MK_HD_INLINE bool attention_warp_path_supported(const ModelDims& d) {
+  const int row8 = d.head_dim / 8;
+  return row8 > 0 && (row8 & (row8 - 1)) == 0;
+}
+// Whether a launch whose sequence reaches `positions` runs attention's warp path (the long-context
+// kernels): when its splits then hold more than 512 positions. Measured on an H100 (docs/log.md, ninth
+// session): the tile path is faster up to 4096 positions of Llama-3.2-1B (256 a split), the warp path
+// from 8192 (512 a split); Llama-3.1-8B even at 8192, Qwen2.5-0.5B faster on the warp path at 16384.
+MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions) {
+  if (!attention_warp_path_supported(d)) return false;
+  const int splits = active_attention_splits(positions, d.attention_splits);
+  return (positions + splits - 1) / splits > 4 * kPositionsPerSplit;
 }
 
 // Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces

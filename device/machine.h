@@ -13,13 +13,14 @@
 namespace mk::dev {
 
 // Fp16: F16 weights (else BF16); Stream: GEMV weights come through the weight stream (else straight into
-// registers); Profile: the timers of --profile / --trace are compiled in. Each combination is its own
+// registers); Profile: the timers of --profile / --trace are compiled in; LongContext: attention's warp
+// path (device/ops/attention.h), for launches whose splits reach past 512 positions. Each combination is its own
 // kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
 // 3.1-8B on an H200 than one kernel with run-time switches, both with the aligned shared memory
 // (docs/log.md, fifth session).
-template <bool Fp16, bool Stream, bool Profile>
+template <bool Fp16, bool Stream, bool Profile, bool LongContext>
 struct Machine {
-  static constexpr bool kFp16 = Fp16, kStream = Stream, kProfile = Profile;
+  static constexpr bool kFp16 = Fp16, kStream = Stream, kProfile = Profile, kLongContext = LongContext;
   const KernelParams& p;
   float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
   float* red;   // 2 * kWarps floats: the norm's partial sums, then each warp's copy of 1 / rms

@@ -64,7 +64,7 @@ __device__ bool wait_counter(const KernelParams& p, uint32_t c, uint32_t target)
 
 // kGrouped: the schedule has per-domain counters (issue 4). Their own kernels, because supporting them in
 // the flat kernels (a stripe per workgroup, warp 0 in the waits) cost 0.6% with flat counters on an H200.
-template <bool kFp16, bool kStream, bool kProfile, bool kGrouped>
+template <bool kFp16, bool kStream, bool kProfile, bool kGrouped, bool kLongContext>
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // Aligned to 1 KiB: the weight stream's slots and the activation planes sit at fixed offsets in it, and
   // where the static variables above left it (544 bytes in) the kernel ran 1.2-1.6% slower on an H200
@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   __shared__ uint32_t stopped;  // the step gate's decision: the launch ended (or was aborted)
   __shared__ uint32_t my_stripe;  // the stripe this workgroup adds to in per-domain counters
   __shared__ StreamState stream_state;
+  // Profiling, thread 0: when the running instruction began waiting and when its inputs were ready. Kept in
+  // shared memory rather than registers, which the instructions' bodies need more (512 threads leave 128 each).
+  __shared__ unsigned long long wait_began, inputs_ready;
   const uint32_t wg = blockIdx.x;
   const uint32_t begin = p.wg_begin[wg], end = p.wg_begin[wg + 1];
   unsigned long long* prof = kProfile ? p.profile + size_t(wg) * kNumOps * kProfileFields : nullptr;
@@ -103,11 +106,10 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (stop) break;
       if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
-    Machine<kFp16, kStream, kProfile> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
+    Machine<kFp16, kStream, kProfile, kLongContext> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
-      unsigned long long t0 = 0, t1 = 0;
-      if (threadIdx.x == 0 && prof) t0 = global_timer_ns();
+      if (threadIdx.x == 0 && prof) wait_began = global_timer_ns();
       m.prologue_end = 0;
       m.prestage(p.instrs[i]);  // all threads: loads that do not depend on this step's inputs
       if (threadIdx.x == 0) {
@@ -131,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
             ready = wait_counter(p, current.waits[w].counter, wait_target(current.waits[w], step));
           if (!ready && lane_id() == 0) current.num_waits = kAbandoned;
         }
-      if (threadIdx.x == 0 && prof) t1 = global_timer_ns();
+      if (threadIdx.x == 0 && prof) inputs_ready = global_timer_ns();
       __syncthreads();
       const Instr in = current;
       if (in.num_waits == kAbandoned) {  // a hung launch, aborted by the host: leave
@@ -152,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
         p.progress[2 * wg] = step;
         p.progress[2 * wg + 1] = i - begin + 1;
         if (prof) {
-          const unsigned long long t2 = global_timer_ns();
+          const unsigned long long t0 = wait_began, t1 = inputs_ready, t2 = global_timer_ns();
           unsigned long long* f = prof + int(in.op) * kProfileFields;
           f[kProfExec] += t2 - t1;
           f[kProfWait] += t1 - t0;
@@ -173,20 +175,26 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   }
 }
 
-const void* monokernel_entry(bool fp16, bool stream, bool profile, bool grouped) {
-  auto pick = [&](auto fp16_tag, auto stream_tag) -> const void* {
-    constexpr bool kF = decltype(fp16_tag)::value, kS = decltype(stream_tag)::value;
-    if (grouped) return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, true>) : reinterpret_cast<const void*>(&monokernel<kF, kS, false, true>);
-    return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, false>) : reinterpret_cast<const void*>(&monokernel<kF, kS, false, false>);
+const void* monokernel_entry(bool fp16, bool stream, bool profile, bool grouped, bool long_context) {
+  auto pick = [&](auto fp16_tag, auto stream_tag, auto long_tag) -> const void* {
+    constexpr bool kF = decltype(fp16_tag)::value, kS = decltype(stream_tag)::value, kL = decltype(long_tag)::value;
+    if (grouped)
+      return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, true, kL>)
+                     : reinterpret_cast<const void*>(&monokernel<kF, kS, false, true, kL>);
+    return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, false, kL>)
+                   : reinterpret_cast<const void*>(&monokernel<kF, kS, false, false, kL>);
+  };
+  auto with_long = [&](auto fp16_tag, auto stream_tag) -> const void* {
+    return long_context ? pick(fp16_tag, stream_tag, std::true_type{}) : pick(fp16_tag, stream_tag, std::false_type{});
   };
   using T = std::true_type;
   using F = std::false_type;
 #if defined(MK_PLATFORM_NVIDIA)
-  if (stream) return fp16 ? pick(T{}, T{}) : pick(F{}, T{});
+  if (stream) return fp16 ? with_long(T{}, T{}) : with_long(F{}, T{});
 #else
   (void)stream;  // AMD: no weight stream in this build (device/weight_stream.h)
 #endif
-  return fp16 ? pick(T{}, F{}) : pick(F{}, F{});
+  return fp16 ? with_long(T{}, F{}) : with_long(F{}, F{});
 }
 
 }  // namespace mk::dev

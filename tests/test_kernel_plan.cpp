@@ -3,6 +3,9 @@
 // models' shapes and the sizes recorded in docs/design.md, not from the plan's own formulas.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "device/kernel_plan.h"
 #include "device/ops/ops.h"
 #include "runtime/presets.h"
@@ -65,6 +68,24 @@ TEST(KernelPlan, WeightStreamSlotsAsRecordedOnHopper) {
     EXPECT_GE(s.ring_offset, act);
     EXPECT_EQ(s.smem_bytes, size_t(s.ring_offset) + size_t(s.slots) * s.slot_bytes);
     EXPECT_LE(s.smem_bytes + kStaticSmem, kHopperMaxSmem);
+  }
+}
+
+TEST(KernelPlan, AttentionWarpPathCostsTheWeightStreamNoSlot) {
+  // The long-context kernels' attention lays out its shared memory its own way (each warp's accumulators
+  // and partials); the area is the larger of the two layouts. That must not cost the weight stream a slot
+  // against the tile path's layout alone, for any preset's shapes.
+  for (const char* preset : {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen3-1.7b"}) {
+    const Planned p = plan_for(preset);
+    Schedule others = p.schedule;
+    std::erase_if(others.instrs, [](const Instr& in) { return in.op == Op::Attention; });
+    const size_t both = dev::activation_smem_bytes(p.schedule, p.dims);
+    const size_t tiles_only = std::max(dev::activation_smem_bytes(others, p.dims), dev::attention_tile_smem_bytes(p.dims) + 4);
+    EXPECT_GE(dev::attention_warp_smem_bytes(p.dims), size_t(p.dims.group_size * p.dims.head_dim) * 4) << preset;
+    const dev::StreamPlan a = dev::plan_weight_stream(p.dims, both, kHopperMaxSmem, kStaticSmem, -1, 0);
+    const dev::StreamPlan b = dev::plan_weight_stream(p.dims, tiles_only, kHopperMaxSmem, kStaticSmem, -1, 0);
+    EXPECT_EQ(a.slots, b.slots) << preset << ": the activation area is " << both << " bytes, " << tiles_only
+                                << " with the tile path's attention alone";
   }
 }
 

@@ -1,11 +1,23 @@
 // Attention (kv group, split): q/k RMSNorm (Qwen3) and RoPE, the K/V append if the split owns this
-// position, then partial attention of the group's query heads over the split's slice of the cache, walked
-// in K/V tiles staged in shared memory with an online softmax. Writes (m, l, unnormalised o) per head for
-// o_proj to combine.
+// position, then partial attention of the group's query heads over the split's slice of the cache, with
+// an online softmax. Writes (m, l, unnormalised o) per head for o_proj to combine. Two paths, each in its
+// own kernels (Machine::kLongContext; the launcher picks per launch by how far its sequence reaches:
+// attention_long_context in kernel_params.h):
+// - tiles: the split is walked in K/V tiles staged in shared memory by the whole workgroup, each tile's
+//   scores, softmax and P·V separated by block barriers. No partials to combine: faster while a split
+//   holds up to a few hundred positions.
+// - warp chunks: each warp owns chunks of positions and keeps its own online softmax across them, so no
+//   block barrier separates scores, softmax and P·V, and later chunks are copied into the idle
+//   weight-stream ring several ahead. The warps' partials are combined once at the end, which the tile
+//   path does not pay. Faster for long splits (docs/log.md, ninth session).
+// The tile path's code is kept exactly as before the warp path existed, and the warp path's start repeats
+// it on purpose: one start shared by both (a helper) measured 0.2-0.5% slower at short depths and gained
+// less at long ones (docs/log.md, ninth session, v8).
 #pragma once
 
 #include "device/ops/op_spec.h"
 #if MK_DEVICE_CODE
+#include "device/async_copy.h"
 #include "device/gemv.h"
 #endif
 
@@ -33,6 +45,25 @@ struct AttentionOp : OpDefaults {
     return a;
   }
 
+  __device__ static AttentionWarpSmem warp_smem_plan(const ModelDims& d, float* base) {
+    AttentionWarpSmem a{};
+    const int hd = d.head_dim, G = d.group_size;
+    a.tile = attention_warp_tile_positions(hd);
+    a.stride = attention_row_stride(hd);
+    a.rows = a.tile / kWarps;
+    a.rows_log2 = __ffs(a.rows) - 1;
+    a.row8_log2 = __ffs(hd / 8) - 1;
+    a.group = base;
+    a.cos = a.group + (G + 2) * hd;
+    a.sin = a.cos + hd / 2;
+    a.acc = a.sin + hd / 2;
+    a.probs = a.acc + kMaxWarps * attention_warp_acc_floats(d, 32);
+    a.state = a.probs + G * a.tile;
+    a.k = reinterpret_cast<uint16_t*>(base + attention_warp_k_offset(d));  // 16-byte aligned (so is the base)
+    a.v = a.k + a.tile * a.stride;
+    a.parts = base + attention_warp_k_offset(d);
+    return a;
+  }
   // Per-head RMSNorm (Qwen3) and RoPE of one head in shared memory; one warp.
   template <class MachineT>
   __device__ static void prepare_head(MachineT& m, float* head, const float* norm, const float* cs, const float* sn) {
@@ -53,10 +84,10 @@ struct AttentionOp : OpDefaults {
     sync_warp();
   }
 
-  // Copies cache rows [t0, t0 + n) of K and V into the shared-memory tile, rows padded by 2 elements so
-  // that a thread per position reads conflict-free.
-  template <class MachineT>
-  __device__ static void stage_tile(MachineT& m, size_t cache_base, int t0, int nt, const AttentionSmem& a) {
+  // Copies cache rows [t0, t0 + nt) of K and V into the shared-memory tile of either path's layout (rows
+  // padded: attention_row_stride).
+  template <class MachineT, class Smem>
+  __device__ static void stage_tile(MachineT& m, size_t cache_base, int t0, int nt, const Smem& a) {
     const int hd = m.p.dims.head_dim;
     const int row8 = hd / 8;  // 16-byte pieces per K/V row
     const uint4* ksrc = reinterpret_cast<const uint4*>(m.p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
@@ -85,6 +116,10 @@ struct AttentionOp : OpDefaults {
   // by the step gate), so one HBM round trip leaves the critical path. All threads.
   template <class MachineT>
   __device__ static void prestage(MachineT& m, const Instr& in) {
+    if constexpr (MachineT::kLongContext) {
+      stage_first_tile(m, in, warp_smem_plan(m.p.dims, m.smem));
+      return;
+    }
     const ModelDims& d = m.p.dims;
     const int pos = m.p.start + int(m.step);
     int p0, p1;
@@ -94,12 +129,28 @@ struct AttentionOp : OpDefaults {
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(m.p.context);
     if (cached > 0) stage_tile(m, cache_base, p0, cached, a);
   }
+  // The same for the warp path's layout.
+  template <class MachineT>
+  __device__ static void stage_first_tile(MachineT& m, const Instr& in, const AttentionWarpSmem& a) {
+    const ModelDims& d = m.p.dims;
+    const int pos = m.p.start + int(m.step);
+    int p0, p1;
+    attention_split_range(pos + 1, d.attention_splits, int(in.end), &p0, &p1);
+    const int cached = min(min(a.tile, p1 - p0), pos - p0);
+    const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(m.p.context);
+    if (cached > 0) stage_tile(m, cache_base, p0, cached, a);
+  }
 
-  // Attention for kv group g over its split of the cache, for all G query heads of the group. The cache
-  // slice is walked in tiles of K/V rows staged in shared memory (one load round trip per tile), with an
-  // online softmax across tiles. Writes this split's (m, l, unnormalised o) per head for o_proj.
+  // Attention for kv group g over its split of the cache, for all G query heads of the group. The long-context
+  // kernels take the warp path (run_warps); the tile path follows: the cache slice is walked in tiles of
+  // K/V rows staged in shared memory (one load round trip per tile), with an online softmax across tiles,
+  // each step by the whole workgroup. Writes this split's (m, l, unnormalised o) per head for o_proj.
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
+    if constexpr (MachineT::kLongContext) {
+      run_warps(m, in);
+      return;
+    }
     const LayerOffsets& L = m.p.layers[in.layer];
     const ModelDims& d = m.p.dims;
     const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
@@ -202,6 +253,292 @@ struct AttentionOp : OpDefaults {
       const size_t slot = size_t(int(g) * G + j) * size_t(S) + split;
       m.p.att_o[slot * hd + e] = a.o[idx];
       if (e == 0) m.p.att_ml[slot * 2] = a.m[j], m.p.att_ml[slot * 2 + 1] = a.l[j];
+    }
+  }
+
+  // The warp path: the start as on the tile path (q also takes the scores' scale), then warp_chunks.
+  template <class MachineT>
+  __device__ static void run_warps(MachineT& m, const Instr& in) {
+    const LayerOffsets& L = m.p.layers[in.layer];
+    const ModelDims& d = m.p.dims;
+    const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
+    const int pos = m.p.start + int(m.step);
+    const uint32_t g = in.begin, split = in.end;
+    int p0, p1;
+    attention_split_range(pos + 1, S, int(split), &p0, &p1);
+    const bool owns_new = p0 <= pos && pos < p1;
+    const AttentionWarpSmem a = warp_smem_plan(d, m.smem);
+
+    // The group's q/k/v rows and this position's RoPE cos/sin, loaded in one pass.
+    const size_t base = size_t(g) * size_t(d.qkv_group_rows);
+    const float* cos_row = m.p.rope + size_t(pos) * half;
+    const float* sin_row = m.p.rope + size_t(m.p.context) * half + size_t(pos) * half;
+    const int q4 = (G + 2) * hd / 4, h4 = half / 4;
+    for (int i = threadIdx.x; i < q4 + 2 * h4; i += kThreads) {
+      if (i < q4) reinterpret_cast<float4*>(a.group)[i] = load_fresh(reinterpret_cast<const float4*>(m.p.qkv + base) + i);
+      else if (i < q4 + h4) reinterpret_cast<float4*>(a.cos)[i - q4] = reinterpret_cast<const float4*>(cos_row)[i - q4];
+      else reinterpret_cast<float4*>(a.sin)[i - q4 - h4] = reinterpret_cast<const float4*>(sin_row)[i - q4 - h4];
+    }
+    __syncthreads();
+    m.mark_prologue_end();
+    if (p1 > p0 && warp_id() <= G) {  // q/k RMSNorm (Qwen3) and RoPE, a warp per head
+      const bool is_k = warp_id() == G;
+      const float* norm = d.qk_norm ? m.f32(is_k ? L.k_norm : L.q_norm) : nullptr;
+      if (!is_k || owns_new) prepare_head(m, a.group + warp_id() * hd, norm, a.cos, a.sin);
+      if (!is_k) {  // q takes the scores' 1 / sqrt(head_dim) here, once
+        const float scale = 1.0f / sqrtf(float(hd));
+        for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) a.group[warp_id() * hd + i] *= scale;
+      }
+    }
+    __syncthreads();
+    const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + g) * size_t(m.p.context);
+    if (owns_new) {  // append this position's K and V (and put them in the first tile if they fall there)
+      const bool in_first_tile = pos - p0 < a.tile;
+      for (int i = threadIdx.x; i < hd; i += kThreads) {
+        const uint16_t kb = float_to_bf16_bits(a.group[G * hd + i]), vb = float_to_bf16_bits(a.group[(G + 1) * hd + i]);
+        m.p.k_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = kb;
+        m.p.v_cache[(cache_base + size_t(pos)) * size_t(hd) + i] = vb;
+        if (in_first_tile) a.k[(pos - p0) * a.stride + i] = kb, a.v[(pos - p0) * a.stride + i] = vb;
+      }
+      __syncthreads();
+    }
+
+    warp_chunks(m, a, cache_base, p0, p1, size_t(int(g) * G) * size_t(S) + split);
+  }
+
+  // Lanes' rounds in a warp: one chunk's (head, position) scores take at most 4 (G <= 16 and tile <= 128
+  // make G * rows <= 4 * 32), the group's (head, 8 output elements) accumulators at most 4 (G * head_dim
+  // <= 1024, checked on the host: device/gpu_backend.cu, validate_model).
+  static constexpr int kRounds = 4;
+  // 16-byte pieces of K and V a lane loads for one chunk (attention_warp_tile_positions bounds it).
+  static constexpr int kChunkPieces = 4;
+
+  // Copies the K and V rows of cache positions [t0, t0 + n) (n <= a.rows) into this warp's rows of the
+  // tile: piece lane + k * MK_WARP_SIZE of the chunk's K rows, then of its V rows.
+  template <class MachineT>
+  __device__ static void load_chunk(MachineT& m, size_t cache_base, int t0, int n, const AttentionWarpSmem& a,
+                                    uint16_t* krows, uint16_t* vrows) {
+    const int hd = m.p.dims.head_dim, row8 = hd / 8, half = a.rows * row8;
+    const uint4* ksrc = reinterpret_cast<const uint4*>(m.p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
+    const uint4* vsrc = reinterpret_cast<const uint4*>(m.p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
+    uint4 piece[kChunkPieces];
+#pragma unroll
+    for (int k = 0; k < kChunkPieces; ++k) {
+      const int i = lane_id() + k * MK_WARP_SIZE, j = i < half ? i : i - half;
+      piece[k] = i < 2 * half && j < n * row8 ? load_fresh((i < half ? ksrc : vsrc) + j) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < kChunkPieces; ++k) {
+      const int i = lane_id() + k * MK_WARP_SIZE, j = i < half ? i : i - half;
+      if (i < 2 * half)
+        *reinterpret_cast<uint4*>((i < half ? krows : vrows) + (j >> a.row8_log2) * a.stride + (j & (row8 - 1)) * 8) = piece[k];
+    }
+  }
+
+  // One lane's 8 output elements of one head: o = o * cr + sum over the chunk's nv positions of p_t V_t,
+  // with `v` at the lane's 8 elements of the chunk's first V row.
+  __device__ static void pv_update(float (&o)[8], float cr, const float* p, const uint16_t* v, int stride, int nv) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] *= cr;
+#pragma unroll 1
+    for (int t = 0; t < nv; ++t) {
+      const float pt = p[t];
+      const uint4 row = *reinterpret_cast<const uint4*>(v + t * stride);
+      const uint32_t words[4] = {row.x, row.y, row.z, row.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        o[2 * k] += pt * __uint_as_float(words[k] << 16);
+        o[2 * k + 1] += pt * __uint_as_float(words[k] & 0xffff0000u);
+      }
+    }
+  }
+
+  // Up to this many chunks of a warp are in flight in the weight-stream ring while it computes one.
+  static constexpr int kMaxAhead = 4;
+
+  // Starts asynchronous copies of the K and V rows of cache positions [t0, t0 + n) (n <= a.rows) into a
+  // chunk buffer: a.rows rows of K, then a.rows rows of V, a.stride elements apart.
+  template <class MachineT>
+  __device__ static void copy_chunk_async(MachineT& m, size_t cache_base, int t0, int n, const AttentionWarpSmem& a,
+                                          uint16_t* buf) {
+    const int hd = m.p.dims.head_dim, row8 = hd / 8, half = a.rows * row8;
+    const uint4* ksrc = reinterpret_cast<const uint4*>(m.p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
+    const uint4* vsrc = reinterpret_cast<const uint4*>(m.p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
+    for (int i = lane_id(); i < 2 * half; i += MK_WARP_SIZE) {
+      const int j = i < half ? i : i - half;
+      if (j < n * row8)
+        copy_async_16(buf + (i < half ? 0 : a.rows * a.stride) + (j >> a.row8_log2) * a.stride + (j & (row8 - 1)) * 8,
+                      (i < half ? ksrc : vsrc) + j);
+    }
+  }
+
+  // The warp path. The split's positions go in chunks of a.rows to the warps in turn (chunk c to warp
+  // c % warps). Chunk c < warps lies in the first tile, staged before the wait, in the rows warp c owns. A
+  // warp keeps, per head, its own running max m, sum l and unnormalised output o across its chunks, so
+  // no block barrier separates scores, softmax and P·V (the barriers between them were most of a tile's
+  // time at long contexts: docs/log.md, eighth session). At the end the warps' partials are combined in
+  // shared memory and this split's (m, l, o) per head written (head j's at slot0 + j * splits).
+  template <class MachineT>
+  __device__ static void warp_chunks(MachineT& m, const AttentionWarpSmem& a, size_t cache_base, int p0, int p1, size_t slot0) {
+    // Score lanes: lane + r * MK_WARP_SIZE = head * rows + position (a head's `rows` lanes are adjacent,
+    // so its softmax reductions stay among them). P·V lanes: lane + r * MK_WARP_SIZE
+    // = head * (hd / 8) + piece, 8 output elements each; the first round's accumulators stay in
+    // registers, later rounds' in the warp's part of a.acc (registers are what limits this kernel).
+    const ModelDims& d = m.p.dims;
+    const int hd = d.head_dim, G = d.group_size, S = d.attention_splits;
+    const int w = warp_id(), lane = lane_id(), R = a.rows, row8 = hd / 8, n = p1 - p0;
+    uint16_t* krows = a.k + w * R * a.stride;
+    uint16_t* vrows = a.v + w * R * a.stride;
+    float* probs = a.probs + w * G * R;
+    float* corr = a.state + w * 3 * G;  // per head: the rescale factor of this chunk, the running max, sum
+    float* m_run = corr + G;
+    float* l_run = m_run + G;
+    float* acc_more = a.acc + w * attention_warp_acc_floats(d, MK_WARP_SIZE);
+    float acc0[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc0[e] = 0.f;
+    for (int j = lane; j < G; j += MK_WARP_SIZE) m_run[j] = -INFINITY, l_run[j] = 0.f;
+    for (int i = lane; i < attention_warp_acc_floats(d, MK_WARP_SIZE); i += MK_WARP_SIZE) acc_more[i] = 0.f;
+    sync_warp();
+    // The warp's chunks: k-th at c = w + k * warps. Chunk 0 is in the first tile; later ones come through
+    // `ahead` buffers of the weight-stream ring, which is idle during attention unless the stream may
+    // issue ahead of the running instruction (then they are copied into the warp's tile rows in turn).
+    const int chunk_elems = 2 * R * a.stride;  // K rows, then V rows
+    int ahead = 0;
+    uint16_t* ring = nullptr;
+    if constexpr (MachineT::kStream) {
+      if (m.p.stream_lookahead == 0) {
+        ahead = min(int(m.p.stream_slots * m.p.stream_slot_bytes / uint32_t(kWarps * chunk_elems * 2)), kMaxAhead);
+        ring = reinterpret_cast<uint16_t*>(m.ws.ring) + size_t(w) * size_t(ahead) * size_t(chunk_elems);
+      }
+    }
+    const int chunks = (n + R - 1) >> a.rows_log2;
+    const int my_chunks = chunks > w ? (chunks - w + kWarps - 1) / kWarps : 0;
+    // Chunk k (k >= 1) into ring buffer (k - 1) % ahead as one group of copies; a group is committed even
+    // past the last chunk, so that chunk k always has ahead - 1 groups after it.
+    auto issue = [&](int k, uint16_t* buf) {
+      if (k < my_chunks) {
+        const int t0 = (w + k * kWarps) * R;
+        copy_chunk_async(m, cache_base, p0 + t0, min(R, n - t0), a, buf);
+      }
+      commit_async_group();
+    };
+    for (int k = 1; k <= ahead; ++k) issue(k, ring + (k - 1) * chunk_elems);
+    int buffer = 0;  // (k - 1) % ahead
+    for (int k = 0; k < my_chunks; ++k) {
+      const int t0 = (w + k * kWarps) * R, nv = min(R, n - t0);
+      uint16_t* kr = krows;
+      uint16_t* vr = vrows;
+      if (k >= 1 && ahead > 0) {
+        wait_async_groups(ahead - 1);
+        sync_warp();  // every lane's copies of the chunk have landed
+        kr = ring + buffer * chunk_elems;
+        vr = kr + R * a.stride;
+      } else if (k >= 1) {  // this warp's tile rows are free (the sync_warp ending the previous chunk)
+        load_chunk(m, cache_base, p0 + t0, nv, a, krows, vrows);
+        sync_warp();
+      }
+      // Scores and the online softmax update, per (head, position) lane.
+#pragma unroll 1
+      for (int r = 0; r < kRounds; ++r) {
+        if (r * MK_WARP_SIZE >= G * R) break;  // warp-uniform
+        const int i = lane + r * MK_WARP_SIZE, h = i >> a.rows_log2, t = i & (R - 1);
+        const bool pair = i < G * R, valid = pair && t < nv;
+        float s = -INFINITY;
+        if (valid) {
+          const float4* q = reinterpret_cast<const float4*>(a.group + h * hd);
+          const uint4* krow = reinterpret_cast<const uint4*>(kr + t * a.stride);
+          float dot = 0.f;
+#pragma unroll 1
+          for (int p = 0; p < row8; ++p) dot += dot8<false>(krow[p], q[2 * p], q[2 * p + 1]);  // the cache is bf16
+          s = dot;  // q carries the 1 / sqrt(head_dim) (prepare_head)
+        }
+        float cmax = s;
+        for (int o = R / 2; o > 0; o >>= 1) cmax = fmaxf(cmax, shfl_xor(cmax, o));
+        const float m_old = pair ? m_run[h] : -INFINITY;
+        const float m_new = fmaxf(m_old, cmax);
+        const float e = valid ? __expf(s - m_new) : 0.f;
+        float csum = e;
+        for (int o = R / 2; o > 0; o >>= 1) csum += shfl_xor(csum, o);
+        sync_warp();  // every lane has read m_run before lane t == 0 updates it
+        if (pair) {
+          probs[i] = e;
+          if (t == 0) {
+            const float cr = __expf(m_old - m_new);  // 0 on the warp's first chunk (m = -inf)
+            corr[h] = cr;
+            l_run[h] = l_run[h] * cr + csum;
+            m_run[h] = m_new;
+          }
+        }
+      }
+      sync_warp();
+      // o = o * corr + sum_t p_t V_t: one 16-byte load of V per position and lane.
+      if (lane < G * row8) {
+        const int h = lane >> a.row8_log2;
+        pv_update(acc0, corr[h], probs + h * R, vr + (lane & (row8 - 1)) * 8, a.stride, nv);
+      }
+#pragma unroll 1
+      for (int i = lane + MK_WARP_SIZE; i < G * row8; i += MK_WARP_SIZE) {
+        float4* more = reinterpret_cast<float4*>(acc_more + (i - MK_WARP_SIZE) * 8);
+        const float4 lo = more[0], hi = more[1];
+        float o[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        const int h = i >> a.row8_log2;
+        pv_update(o, corr[h], probs + h * R, vr + (i & (row8 - 1)) * 8, a.stride, nv);
+        more[0] = make_float4(o[0], o[1], o[2], o[3]);
+        more[1] = make_float4(o[4], o[5], o[6], o[7]);
+      }
+      sync_warp();  // the chunk's rows, weights and factors are read before the next chunk replaces them
+      if (k >= 1 && ahead > 0) {
+        issue(k + ahead, kr);  // into the buffer just read
+        buffer = buffer + 1 == ahead ? 0 : buffer + 1;
+      }
+    }
+    if (ahead > 0) {  // the ring is the weight stream's again once the instruction ends
+      wait_async_copies();
+      fence_shared_for_async_proxy();
+    }
+
+    // The warps' partials: each warp's o, then its (m, l) per head, in a.parts (over the tile, which every
+    // warp is done with after the barrier); then a thread per (head, element) combines them in warp order.
+    __syncthreads();
+    const int part = attention_part_floats(d);
+    float* mine = a.parts + w * part;
+    for (int i = lane; i < G * row8; i += MK_WARP_SIZE) {
+      float4* dst = reinterpret_cast<float4*>(mine + i * 8);  // head h's elements at h * hd
+      if (i < MK_WARP_SIZE) {
+        dst[0] = make_float4(acc0[0], acc0[1], acc0[2], acc0[3]);
+        dst[1] = make_float4(acc0[4], acc0[5], acc0[6], acc0[7]);
+      } else {
+        const float4* src = reinterpret_cast<const float4*>(acc_more + (i - MK_WARP_SIZE) * 8);
+        dst[0] = src[0], dst[1] = src[1];
+      }
+    }
+    for (int j = lane; j < G; j += MK_WARP_SIZE) mine[G * hd + j] = m_run[j], mine[G * hd + G + j] = l_run[j];
+    __syncthreads();
+    // A warp per head: lane v weighs warp v's partial by exp(m_v - max), and the head's (m, l) are written.
+    float* weight = a.probs;  // warps x G (the softmax weights' space, free now)
+    for (int j = w; j < G; j += kWarps) {
+      const float* mj = a.parts + G * hd + j;  // warp v's m for head j at mj[v * part], its l G floats on
+      const float mv = lane < kWarps ? mj[lane * part] : -INFINITY;
+      float mx = mv;
+#pragma unroll
+      for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) mx = fmaxf(mx, shfl_xor(mx, o));
+      const float f = mx > -INFINITY ? __expf(mv - mx) : 0.f;  // 0 for a warp without positions (m = -inf)
+      const float l = warp_sum(lane < kWarps ? mj[lane * part + G] * f : 0.f);
+      if (lane < kWarps) weight[j * kWarps + lane] = f;
+      if (lane == 0) {
+        const size_t slot = slot0 + size_t(j) * size_t(S);
+        m.p.att_ml[slot * 2] = mx, m.p.att_ml[slot * 2 + 1] = l;
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * hd; idx += kThreads) {
+      const int j = idx / hd;
+      const float* wj = weight + j * kWarps;
+      float o = 0.f;
+#pragma unroll 4
+      for (int v = 0; v < kWarps; ++v) o += a.parts[v * part + idx] * wj[v];
+      m.p.att_o[(slot0 + size_t(j) * size_t(S)) * hd + idx % hd] = o;
     }
   }
 #endif

@@ -116,7 +116,9 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
 // ring wraps many times per instruction and chunks are issued across step boundaries, and the profiling
 // kernels (their own instantiations) with a trace, whose timestamps must be ordered for every instruction;
 // and per-domain counters (issue 4), with workgroup % 5 as the domains, and with a unit -> domain table
-// over 7 domains whose entries for units >= 100 are missing (those workgroups take the fallback).
+// over 7 domains whose entries for units >= 100 are missing (those workgroups take the fallback). The
+// profiling and per-domain kernels on the weight stream run attention's warp path (the long-context
+// kernels), the others its tile path.
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
   auto model = tiny_of(GetParam(), "gpu-emu-engines");
   for (int variant = 0; variant < 6; ++variant) {
@@ -137,6 +139,7 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
       gopt.stream_early = -1;
     }
     if (variant == 4) gopt.sync_domains = 5;
+    if (variant == 2 || variant == 4) gopt.attention_path = AttentionPath::WarpChunks;
     if (variant == 5) {
       gopt.stream_slots = 0;
       gopt.sync_domains = 7;
@@ -180,26 +183,35 @@ TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
   // shared-memory tile (the first tile is staged before the wait); with 2 splits each walks 3 tiles and
   // the new position falls in a later tile (read back from the cache). Both on the default weight stream;
   // the 2 splits also with 1 KiB stream slots (the ring wraps many times per GEMV at this length's
-  // schedule) and with weights through registers (the AMD path).
+  // schedule) and with weights through registers (the AMD path). Each on both attention paths: on the
+  // warp path, 2 splits give every warp several chunks, which come through the idle weight-stream ring
+  // on the default stream and are loaded by the warp itself with 1 KiB slots (too small for them), with
+  // a stream that issues ahead (the ring is not idle then) and through registers.
   TinyModelSpec spec;
   spec.eos = {};
   auto model = tiny(spec, "gpu-long");
   struct Config {
-    int splits, slots, slot_kib;
+    int splits, slots, slot_kib, lookahead;
   };
-  for (const Config cfg : {Config{0, -1, 0}, Config{2, -1, 0}, Config{2, 3, 1}, Config{2, 0, 0}}) {
-    GpuOptions gopt;
-    gopt.context = 800;
-    gopt.attention_splits = cfg.splits;
-    gopt.stream_slots = cfg.slots;
-    gopt.stream_slot_kib = cfg.slot_kib;
-    auto gpu = create_gpu_backend(*model, gopt);
-    std::vector<int32_t> prompt(700);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
-    const int S = gpu->schedule().attention_splits;
-    expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 32,
-                                fmt::format("700-token prompt, {} active splits of {}, {}", active_attention_splits(732, S), S, gpu->name()));
-  }
+  for (const AttentionPath path : {AttentionPath::Tiles, AttentionPath::WarpChunks})
+    for (const Config cfg : {Config{0, -1, 0, 0}, Config{2, -1, 0, 0}, Config{2, 3, 1, 0}, Config{2, 0, 0, 0}, Config{2, -1, 0, 1}}) {
+      if (path == AttentionPath::Tiles && cfg.lookahead > 0) continue;  // the tile path does not use the ring
+      GpuOptions gopt;
+      gopt.context = 800;
+      gopt.attention_splits = cfg.splits;
+      gopt.stream_slots = cfg.slots;
+      gopt.stream_slot_kib = cfg.slot_kib;
+      gopt.stream_lookahead = cfg.lookahead;
+      gopt.attention_path = path;
+      auto gpu = create_gpu_backend(*model, gopt);
+      std::vector<int32_t> prompt(700);
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+      const int S = gpu->schedule().attention_splits;
+      expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 32,
+                                  fmt::format("700-token prompt, {} active splits of {}, {} attention, lookahead {}, {}",
+                                              active_attention_splits(732, S), S,
+                                              path == AttentionPath::Tiles ? "tile" : "warp-chunk", cfg.lookahead, gpu->name()));
+    }
 }
 
 TEST(Gpu, TransformersFixturesGreedyAndLogits) {
