@@ -121,10 +121,6 @@ void validate_model(const ModelConfig& c) {
   need(c.q_dim() % 8 == 0, fmt::format("num_heads * head_dim = {} is not a multiple of 8", c.q_dim()));
   need(c.head_dim <= 256 && c.head_dim % 8 == 0, fmt::format("head_dim {} (must be a multiple of 8, at most 256)", c.head_dim));
   need(c.group_size() <= 16, fmt::format("{} query heads per kv head (at most 16)", c.group_size()));
-  // Attention's warp path keeps a kv group's output 8 elements a lane, in at most 4 rounds of a warp.
-  need(c.group_size() * c.head_dim <= 1024,
-       fmt::format("{} query heads per kv head x head_dim {} = {} (at most 1,024)", c.group_size(), c.head_dim,
-                   c.group_size() * c.head_dim));
 }
 
 class MonokernelBackend final : public GpuBackend {
@@ -140,7 +136,9 @@ class MonokernelBackend final : public GpuBackend {
     schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
-      fail("attention's warp path needs head_dim / 8 to be a power of two (head_dim is {})", cfg_.head_dim);
+      fail("attention's warp path needs head_dim / 8 to be a power of two and query heads per kv head x head_dim "
+           "<= 1,024 (head_dim {}, {} query heads per kv head)",
+           cfg_.head_dim, cfg_.group_size());
     // The streamed kernel for planning the shared memory (its static part is the largest); the final
     // choice follows the plan.
     kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile, grouped, false);

@@ -107,11 +107,12 @@ inline size_t attention_smem_bytes(const ModelDims& d) {
   const size_t tiles = attention_tile_smem_bytes(d), warps = attention_warp_smem_bytes(d);
   return tiles > warps ? tiles : warps;
 }
-// The warp path divides by rows and head_dim / 8 with shifts: head_dim / 8 must be a power of two (rows
-// always is).
+// Models the warp path runs: it divides by rows and head_dim / 8 with shifts (head_dim / 8 must be a
+// power of two; rows always is), and keeps a kv group's output 8 elements a lane in at most 4 rounds of
+// a warp (query heads per kv head x head_dim <= 1,024). Other models keep the tile path at every length.
 MK_HD_INLINE bool attention_warp_path_supported(const ModelDims& d) {
   const int row8 = d.head_dim / 8;
-  return row8 > 0 && (row8 & (row8 - 1)) == 0;
+  return row8 > 0 && (row8 & (row8 - 1)) == 0 && d.group_size * d.head_dim <= 1024;
 }
 // Whether a launch whose sequence reaches `positions` runs attention's warp path (the long-context
 // kernels): when its splits then hold more than 512 positions. Measured on an H100 (docs/log.md, ninth

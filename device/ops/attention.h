@@ -308,7 +308,7 @@ struct AttentionOp : OpDefaults {
 
   // Lanes' rounds in a warp: one chunk's (head, position) scores take at most 4 (G <= 16 and tile <= 128
   // make G * rows <= 4 * 32), the group's (head, 8 output elements) accumulators at most 4 (G * head_dim
-  // <= 1024, checked on the host: device/gpu_backend.cu, validate_model).
+  // <= 1024: attention_warp_path_supported, checked on the host before this path is launched).
   static constexpr int kRounds = 4;
   // 16-byte pieces of K and V a lane loads for one chunk (attention_warp_tile_positions bounds it).
   static constexpr int kChunkPieces = 4;
