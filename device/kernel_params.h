@@ -94,12 +94,14 @@ MK_HD_INLINE int attention_warp_k_offset(const ModelDims& d) {
 // output, then m and l per head, padded to whole 16-byte pieces (the outputs are stored as float4s).
 MK_HD_INLINE int attention_part_floats(const ModelDims& d) { return d.group_size * d.head_dim + (2 * d.group_size + 3) / 4 * 4; }
 // Bytes of the attention area on each path, and the area itself: the larger of the two.
+inline size_t attention_kv_tile_bytes(int positions, int head_dim) {  // K and V rows, bf16, padded
+  return size_t(2 * positions * attention_row_stride(head_dim)) * 2;
+}
 inline size_t attention_tile_smem_bytes(const ModelDims& d) {
-  return size_t(attention_k_offset(d)) * 4 +
-         size_t(2 * attention_tile_positions(d.head_dim) * attention_row_stride(d.head_dim)) * 2;
+  return size_t(attention_k_offset(d)) * 4 + attention_kv_tile_bytes(attention_tile_positions(d.head_dim), d.head_dim);
 }
 inline size_t attention_warp_smem_bytes(const ModelDims& d) {
-  const size_t tile = size_t(2 * attention_warp_tile_positions(d.head_dim) * attention_row_stride(d.head_dim)) * 2;
+  const size_t tile = attention_kv_tile_bytes(attention_warp_tile_positions(d.head_dim), d.head_dim);
   const size_t parts = size_t(kMaxWarps) * size_t(attention_part_floats(d)) * 4;
   return size_t(attention_warp_k_offset(d)) * 4 + (tile > parts ? tile : parts);
 }

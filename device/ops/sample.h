@@ -16,7 +16,7 @@ namespace mk::dev {
 struct SampleOp : OpDefaults {
   // The radix-select histogram, the candidates (keys, values, probabilities) and the block scan's slots.
   static size_t smem_floats(const ModelDims&, const Instr&) {
-    return size_t(kSampleBins) + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + size_t(kThreads / 32) + 4;
+    return size_t(kSampleBins) + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + size_t(kMaxWarps) + 4;
   }
 #if MK_DEVICE_CODE
   // Order-preserving map of floats to unsigned keys (larger float, larger key).
