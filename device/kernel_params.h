@@ -72,6 +72,9 @@ struct AttentionWarpSmem {
   // of its current chunk (G x rows), per head its rescale factor, running max and sum (3G); once the tile
   // is done (overlapping it), each warp's output, then (m, l) per head.
   float *acc, *probs, *state, *parts;
+  // The tensor-core form (attention_warp_mma), over probs and state, which it does not use: q as bf16 in
+  // two parts whose sum is q (8 rows of `stride` each, rows >= G zero), the A operand of the scores.
+  uint16_t *q_hi, *q_lo;
   uint16_t *k, *v;           // the K/V tile, `tile` rows of `stride` elements each
   int tile, stride, rows;    // positions per tile; K/V row stride in elements (padded); rows a warp owns
   int rows_log2, row8_log2;  // log2 of rows and of head_dim / 8 (powers of two on this path)
@@ -82,12 +85,15 @@ MK_HD_INLINE int attention_warp_acc_floats(const ModelDims& d, int warp_size) {
   const int more = d.group_size * d.head_dim - 8 * warp_size;
   return more > 0 ? more : 0;
 }
+MK_HD_INLINE bool attention_warp_mma(const ModelDims& d);
 // Float offset of the warp path's K tile: after q/k/v, RoPE, the per-warp accumulators (sized for 32-lane
-// warps, the most warps), softmax weights and running state, rounded up to 16 bytes.
+// warps, the most warps), then the softmax weights and running state of the FMA form or, over them, the
+// tensor-core form's bf16 q rows (2 x 8 rows of the padded stride), rounded up to 16 bytes.
 MK_HD_INLINE int attention_warp_k_offset(const ModelDims& d) {
   const int hd = d.head_dim, G = d.group_size;
-  const int floats = (G + 2) * hd + hd + kMaxWarps * attention_warp_acc_floats(d, 32) +
-                     G * attention_warp_tile_positions(hd) + 3 * kMaxWarps * G;
+  const int fma_state = G * attention_warp_tile_positions(hd) + 3 * kMaxWarps * G;
+  const int q16 = attention_warp_mma(d) ? 8 * attention_row_stride(hd) : 0;
+  const int floats = (G + 2) * hd + hd + kMaxWarps * attention_warp_acc_floats(d, 32) + (fma_state > q16 ? fma_state : q16);
   return (floats + 3) / 4 * 4;
 }
 // Floats each warp leaves for the combine at the end of the warp path: the G x head_dim unnormalised
@@ -115,6 +121,13 @@ inline size_t attention_smem_bytes(const ModelDims& d) {
 MK_HD_INLINE bool attention_warp_path_supported(const ModelDims& d) {
   const int row8 = d.head_dim / 8;
   return row8 > 0 && (row8 & (row8 - 1)) == 0 && d.group_size * d.head_dim <= 1024;
+}
+// Models whose warp path runs on tensor cores where the platform has them (device/tensor_core.h): at most
+// 8 query heads per kv head (the rows of an MMA's A operand that are kept) and head_dim 32 or 64 (whole
+// 32-column ldmatrix loads; every output accumulator in registers). A chunk is then 8 positions, the N of
+// the MMA (attention_warp_tile_positions gives 8 rows a warp for these head sizes).
+MK_HD_INLINE bool attention_warp_mma(const ModelDims& d) {
+  return d.group_size <= 8 && (d.head_dim == 32 || d.head_dim == 64);
 }
 // Whether a launch whose sequence reaches `positions` runs attention's warp path (the long-context
 // kernels): when its splits then hold more than 512 positions. Measured on an H100 (docs/log.md, ninth

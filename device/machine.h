@@ -12,6 +12,11 @@
 
 namespace mk::dev {
 
+// Profiling, thread 0: when the running instruction's inputs were in place (Machine::mark_prologue_end;
+// the kernel resets and reads it). A shared variable of its own, addressed by name: a pointer or value
+// in a register, live across every instruction's body, made the long-context profiling kernels spill.
+__shared__ unsigned long long profile_prologue_end;
+
 // Fp16: F16 weights (else BF16); Stream: GEMV weights come through the weight stream (else straight into
 // registers); Profile: the timers of --profile / --trace are compiled in; LongContext: attention's warp
 // path (device/ops/attention.h), for launches whose splits reach past 512 positions. Each combination is its own
@@ -27,11 +32,10 @@ struct Machine {
   WeightStream& ws;
   uint32_t step;
   uint32_t index;  // of the running instruction in the workgroup's list
-  unsigned long long prologue_end = 0;  // profiling, thread 0: when the running instruction's inputs were in place
 
   __device__ void mark_prologue_end() {
     if constexpr (kProfile)
-      if (threadIdx.x == 0) prologue_end = global_timer_ns();
+      if (threadIdx.x == 0) profile_prologue_end = global_timer_ns();
   }
 
   // The RMSNorm factor of the running GEMV (norm_input_to_planes), for its emit (lane 0).

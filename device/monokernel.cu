@@ -78,17 +78,17 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   __shared__ uint32_t stopped;  // the step gate's decision: the launch ended (or was aborted)
   __shared__ uint32_t my_stripe;  // the stripe this workgroup adds to in per-domain counters
   __shared__ StreamState stream_state;
-  // Profiling, thread 0: when the running instruction began waiting and when its inputs were ready. Kept in
+  // Profiling, thread 0: when the running instruction began waiting and when its inputs were ready (its
+  // prologue's end: profile_prologue_end, device/machine.h). Kept in
   // shared memory rather than registers, which the instructions' bodies need more (512 threads leave 128 each).
   __shared__ unsigned long long wait_began, inputs_ready;
   const uint32_t wg = blockIdx.x;
   const uint32_t begin = p.wg_begin[wg], end = p.wg_begin[wg + 1];
-  unsigned long long* prof = kProfile ? p.profile + size_t(wg) * kNumOps * kProfileFields : nullptr;
   WeightStream ws{p, stream_state, reinterpret_cast<uint8_t*>(dynamic_smem) + p.stream_ring_offset, begin, end};
   if (threadIdx.x == 0) {
     ws.init();
     const unsigned unit = hw_unit_id();
-    if (prof) p.workgroup_unit[wg] = unit;
+    if (kProfile) p.workgroup_unit[wg] = unit;
     if constexpr (kGrouped) {
       const int domain = unit < p.unit_domain_len ? p.unit_domain[unit] : -1;
       my_stripe = domain >= 0 ? uint32_t(domain) : fallback_sync_domain(wg, p.sync_domains);
@@ -109,8 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
     Machine<kFp16, kStream, kProfile, kLongContext> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
-      if (threadIdx.x == 0 && prof) wait_began = global_timer_ns();
-      m.prologue_end = 0;
+      if (threadIdx.x == 0 && kProfile) wait_began = global_timer_ns(), profile_prologue_end = 0;
       m.prestage(p.instrs[i]);  // all threads: loads that do not depend on this step's inputs
       if (threadIdx.x == 0) {
         current = p.instrs[i];
@@ -133,7 +132,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
             ready = wait_counter(p, current.waits[w].counter, wait_target(current.waits[w], step));
           if (!ready && lane_id() == 0) current.num_waits = kAbandoned;
         }
-      if (threadIdx.x == 0 && prof) inputs_ready = global_timer_ns();
+      if (threadIdx.x == 0 && kProfile) inputs_ready = global_timer_ns();
       __syncthreads();
       const Instr in = current;
       if (in.num_waits == kAbandoned) {  // a hung launch, aborted by the host: leave
@@ -146,23 +145,28 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       release_block_writes();
       __syncthreads();
       if (threadIdx.x == 0) {
-        const unsigned long long tb = prof ? global_timer_ns() : 0;
+        // The long-context kernels read the finished instruction back from shared memory (thread 0 changes
+        // it only before the next barrier): the copy in registers, live across the body, made attention's
+        // tensor-core path spill.
+        const Instr& done = kLongContext ? current : in;
+        const unsigned long long tb = kProfile ? global_timer_ns() : 0;
         // Release: covers the whole block's writes (see release_block_writes).
-        const uint32_t line = kGrouped ? counter_line(in.signal, my_stripe, p.first_striped_counter, p.sync_domains) : in.signal;
+        const uint32_t line = kGrouped ? counter_line(done.signal, my_stripe, p.first_striped_counter, p.sync_domains) : done.signal;
         add_release(p.counters + counter_word(line), 1u);
-        stream_state.base += stream_chunks(p, in, step);
+        stream_state.base += stream_chunks(p, done, step);
         p.progress[2 * wg] = step;
         p.progress[2 * wg + 1] = i - begin + 1;
-        if (prof) {
-          const unsigned long long t0 = wait_began, t1 = inputs_ready, t2 = global_timer_ns();
-          unsigned long long* f = prof + int(in.op) * kProfileFields;
+        if (kProfile) {  // this workgroup's row of the profile, addressed here rather than kept in registers
+          unsigned long long* prof = p.profile + size_t(wg) * kNumOps * kProfileFields;
+          const unsigned long long t0 = wait_began, t1 = inputs_ready, t2 = global_timer_ns(), tp = profile_prologue_end;
+          unsigned long long* f = prof + int(done.op) * kProfileFields;
           f[kProfExec] += t2 - t1;
           f[kProfWait] += t1 - t0;
-          f[kProfPrologue] += m.prologue_end > t1 ? m.prologue_end - t1 : 0;
+          f[kProfPrologue] += tp > t1 ? tp - t1 : 0;
           f[kProfSignal] += t2 - tb;
           if (step == uint32_t(p.trace_step)) {
             unsigned long long* tr = p.trace + size_t(i) * 4;
-            tr[0] = t0, tr[1] = t1, tr[2] = m.prologue_end, tr[3] = t2;
+            tr[0] = t0, tr[1] = t1, tr[2] = tp, tr[3] = t2;
           }
         }
       }

@@ -46,6 +46,14 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 #endif
 }
 
+__device__ __forceinline__ float shfl(float v, int src_lane) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __shfl_sync(0xffffffffu, v, src_lane);
+#else
+  return __shfl(v, src_lane);
+#endif
+}
+
 __device__ __forceinline__ unsigned long long ballot(bool pred) {
 #if defined(MK_PLATFORM_NVIDIA)
   return __ballot_sync(0xffffffffu, pred);

@@ -89,6 +89,31 @@ TEST(KernelPlan, AttentionWarpPathCostsTheWeightStreamNoSlot) {
   }
 }
 
+TEST(KernelPlan, AttentionWarpPathTakesTensorCoresForHeadsOf32Or64) {
+  // The warp path's tensor-core form (device/tensor_core.h) holds a kv group's heads as the 8 rows of an
+  // MMA and head_dim in whole 32-column loads: Llama-3.2-1B and Qwen2.5-0.5B run it, the head_dim-128
+  // models keep the FMA form.
+  const std::pair<const char*, bool> cases[] = {{"llama-3.2-1b", true}, {"qwen2.5-0.5b", true}, {"llama-3.2-3b", false},
+                                                {"llama-3.1-8b", false}, {"qwen3-1.7b", false}};
+  for (const auto& [preset, mma] : cases) {
+    const Planned p = plan_for(preset);
+    EXPECT_EQ(dev::attention_warp_mma(p.dims), mma) << preset;
+    // Its bf16 q rows lie over the FMA form's softmax state, which they fit, so they cost the activation
+    // area nothing: a larger area takes shared memory from the L1 carve-out (docs/log.md, tenth session).
+    const int G = p.dims.group_size, hd = p.dims.head_dim;
+    if (mma) {
+      EXPECT_LE(8 * dev::attention_row_stride(hd), G * dev::attention_warp_tile_positions(hd) + 3 * dev::kMaxWarps * G) << preset;
+    }
+  }
+  dev::ModelDims d{};
+  d.group_size = 9, d.head_dim = 64;  // more heads a group than the MMA's rows
+  EXPECT_FALSE(dev::attention_warp_mma(d));
+  d.group_size = 8, d.head_dim = 16;
+  EXPECT_FALSE(dev::attention_warp_mma(d));
+  d.head_dim = 32;
+  EXPECT_TRUE(dev::attention_warp_mma(d));
+}
+
 TEST(KernelPlan, WeightStreamRequestsAndLimits) {
   const Planned p = plan_for("llama-3.2-1b");
   const size_t act = dev::activation_smem_bytes(p.schedule, p.dims);

@@ -9,7 +9,9 @@
 // - warp chunks: each warp owns chunks of positions and keeps its own online softmax across them, so no
 //   block barrier separates scores, softmax and P·V, and later chunks are copied into the idle
 //   weight-stream ring several ahead. The warps' partials are combined once at the end, which the tile
-//   path does not pay. Faster for long splits (docs/log.md, ninth session).
+//   path does not pay. Faster for long splits (docs/log.md, ninth session). A warp's chunk runs on tensor
+//   cores where the platform and model allow (MmaChunks: NVIDIA, head_dim 32 or 64, at most 8 query heads
+//   a kv head), on the FMA units otherwise (FmaChunks; docs/log.md, tenth session).
 // The tile path's code is kept exactly as before the warp path existed, and the warp path's start repeats
 // it on purpose: one start shared by both (a helper) measured 0.2-0.5% slower at short depths and gained
 // less at long ones (docs/log.md, ninth session, v8).
@@ -19,6 +21,7 @@
 #if MK_DEVICE_CODE
 #include "device/async_copy.h"
 #include "device/gemv.h"
+#include "device/tensor_core.h"
 #endif
 
 namespace mk::dev {
@@ -59,6 +62,8 @@ struct AttentionOp : OpDefaults {
     a.acc = a.sin + hd / 2;
     a.probs = a.acc + kMaxWarps * attention_warp_acc_floats(d, 32);
     a.state = a.probs + G * a.tile;
+    a.q_hi = reinterpret_cast<uint16_t*>(a.probs);  // 16-byte aligned for head_dim 32 or 64
+    a.q_lo = a.q_hi + 8 * a.stride;
     a.k = reinterpret_cast<uint16_t*>(base + attention_warp_k_offset(d));  // 16-byte aligned (so is the base)
     a.v = a.k + a.tile * a.stride;
     a.parts = base + attention_warp_k_offset(d);
@@ -290,6 +295,17 @@ struct AttentionOp : OpDefaults {
         for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) a.group[warp_id() * hd + i] *= scale;
       }
     }
+#if MK_WARP_MMA
+    if (p1 > p0 && warp_id() < 8 && attention_warp_mma(d)) {  // q as bf16 hi + lo rows for the MMAs; rows >= G zero
+      const int j = warp_id();
+      for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) {  // each lane reads what it scaled above
+        const float x = j < G ? a.group[j * hd + i] : 0.f;
+        const uint16_t hi = float_to_bf16_bits(x);
+        a.q_hi[j * a.stride + i] = hi;
+        a.q_lo[j * a.stride + i] = float_to_bf16_bits(x - bf16_bits_to_float(hi));
+      }
+    }
+#endif
     __syncthreads();
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + g) * size_t(m.p.context);
     if (owns_new) {  // append this position's K and V (and put them in the first tile if they fall there)
@@ -353,91 +369,34 @@ struct AttentionOp : OpDefaults {
     }
   }
 
-  // Up to this many chunks of a warp are in flight in the weight-stream ring while it computes one.
-  static constexpr int kMaxAhead = 4;
-
-  // Starts asynchronous copies of the K and V rows of cache positions [t0, t0 + n) (n <= a.rows) into a
-  // chunk buffer: a.rows rows of K, then a.rows rows of V, a.stride elements apart.
-  template <class MachineT>
-  __device__ static void copy_chunk_async(MachineT& m, size_t cache_base, int t0, int n, const AttentionWarpSmem& a,
-                                          uint16_t* buf) {
-    const int hd = m.p.dims.head_dim, row8 = hd / 8, half = a.rows * row8;
-    const uint4* ksrc = reinterpret_cast<const uint4*>(m.p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
-    const uint4* vsrc = reinterpret_cast<const uint4*>(m.p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
-    for (int i = lane_id(); i < 2 * half; i += MK_WARP_SIZE) {
-      const int j = i < half ? i : i - half;
-      if (j < n * row8)
-        copy_async_16(buf + (i < half ? 0 : a.rows * a.stride) + (j >> a.row8_log2) * a.stride + (j & (row8 - 1)) * 8,
-                      (i < half ? ksrc : vsrc) + j);
-    }
-  }
-
-  // The warp path. The split's positions go in chunks of a.rows to the warps in turn (chunk c to warp
-  // c % warps). Chunk c < warps lies in the first tile, staged before the wait, in the rows warp c owns. A
-  // warp keeps, per head, its own running max m, sum l and unnormalised output o across its chunks, so
-  // no block barrier separates scores, softmax and P·V (the barriers between them were most of a tile's
-  // time at long contexts: docs/log.md, eighth session). At the end the warps' partials are combined in
-  // shared memory and this split's (m, l, o) per head written (head j's at slot0 + j * splits).
-  template <class MachineT>
-  __device__ static void warp_chunks(MachineT& m, const AttentionWarpSmem& a, size_t cache_base, int p0, int p1, size_t slot0) {
-    // Score lanes: lane + r * MK_WARP_SIZE = head * rows + position (a head's `rows` lanes are adjacent,
-    // so its softmax reductions stay among them). P·V lanes: lane + r * MK_WARP_SIZE
-    // = head * (hd / 8) + piece, 8 output elements each; the first round's accumulators stay in
-    // registers, later rounds' in the warp's part of a.acc (registers are what limits this kernel).
-    const ModelDims& d = m.p.dims;
-    const int hd = d.head_dim, G = d.group_size, S = d.attention_splits;
-    const int w = warp_id(), lane = lane_id(), R = a.rows, row8 = hd / 8, n = p1 - p0;
-    uint16_t* krows = a.k + w * R * a.stride;
-    uint16_t* vrows = a.v + w * R * a.stride;
-    float* probs = a.probs + w * G * R;
-    float* corr = a.state + w * 3 * G;  // per head: the rescale factor of this chunk, the running max, sum
-    float* m_run = corr + G;
-    float* l_run = m_run + G;
-    float* acc_more = a.acc + w * attention_warp_acc_floats(d, MK_WARP_SIZE);
+  // A warp's scores, online softmax and P·V over its chunks, on the FMA units (every platform and model
+  // the warp path runs). Score lanes: lane + r * MK_WARP_SIZE = head * rows + position (a head's `rows`
+  // lanes are adjacent, so its softmax reductions stay among them). P·V lanes: lane + r * MK_WARP_SIZE =
+  // head * (hd / 8) + piece, 8 output elements each; the first round's accumulators stay in registers,
+  // later rounds' in the warp's part of a.acc (registers are what limits this kernel). The running max and
+  // sum per head, and the chunk's softmax weights, are in the warp's shared memory.
+  struct FmaChunks {
+    const AttentionWarpSmem& a;
+    int hd, G, R, row8, lane;
+    float *probs, *corr, *m_run, *l_run, *acc_more;
     float acc0[8];
+
+    __device__ FmaChunks(const ModelDims& d, const AttentionWarpSmem& smem, int w)
+        : a(smem), hd(d.head_dim), G(d.group_size), R(smem.rows), row8(d.head_dim / 8), lane(lane_id()) {
+      probs = a.probs + w * G * R;
+      corr = a.state + w * 3 * G;  // per head: the rescale factor of this chunk, the running max, sum
+      m_run = corr + G;
+      l_run = m_run + G;
+      acc_more = a.acc + w * attention_warp_acc_floats(d, MK_WARP_SIZE);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc0[e] = 0.f;
-    for (int j = lane; j < G; j += MK_WARP_SIZE) m_run[j] = -INFINITY, l_run[j] = 0.f;
-    for (int i = lane; i < attention_warp_acc_floats(d, MK_WARP_SIZE); i += MK_WARP_SIZE) acc_more[i] = 0.f;
-    sync_warp();
-    // The warp's chunks: k-th at c = w + k * warps. Chunk 0 is in the first tile; later ones come through
-    // `ahead` buffers of the weight-stream ring, which is idle during attention unless the stream may
-    // issue ahead of the running instruction (then they are copied into the warp's tile rows in turn).
-    const int chunk_elems = 2 * R * a.stride;  // K rows, then V rows
-    int ahead = 0;
-    uint16_t* ring = nullptr;
-    if constexpr (MachineT::kStream) {
-      if (m.p.stream_lookahead == 0) {
-        ahead = min(int(m.p.stream_slots * m.p.stream_slot_bytes / uint32_t(kWarps * chunk_elems * 2)), kMaxAhead);
-        ring = reinterpret_cast<uint16_t*>(m.ws.ring) + size_t(w) * size_t(ahead) * size_t(chunk_elems);
-      }
+      for (int e = 0; e < 8; ++e) acc0[e] = 0.f;
+      for (int j = lane; j < G; j += MK_WARP_SIZE) m_run[j] = -INFINITY, l_run[j] = 0.f;
+      for (int i = lane; i < attention_warp_acc_floats(d, MK_WARP_SIZE); i += MK_WARP_SIZE) acc_more[i] = 0.f;
+      sync_warp();
     }
-    const int chunks = (n + R - 1) >> a.rows_log2;
-    const int my_chunks = chunks > w ? (chunks - w + kWarps - 1) / kWarps : 0;
-    // Chunk k (k >= 1) into ring buffer (k - 1) % ahead as one group of copies; a group is committed even
-    // past the last chunk, so that chunk k always has ahead - 1 groups after it.
-    auto issue = [&](int k, uint16_t* buf) {
-      if (k < my_chunks) {
-        const int t0 = (w + k * kWarps) * R;
-        copy_chunk_async(m, cache_base, p0 + t0, min(R, n - t0), a, buf);
-      }
-      commit_async_group();
-    };
-    for (int k = 1; k <= ahead; ++k) issue(k, ring + (k - 1) * chunk_elems);
-    int buffer = 0;  // (k - 1) % ahead
-    for (int k = 0; k < my_chunks; ++k) {
-      const int t0 = (w + k * kWarps) * R, nv = min(R, n - t0);
-      uint16_t* kr = krows;
-      uint16_t* vr = vrows;
-      if (k >= 1 && ahead > 0) {
-        wait_async_groups(ahead - 1);
-        sync_warp();  // every lane's copies of the chunk have landed
-        kr = ring + buffer * chunk_elems;
-        vr = kr + R * a.stride;
-      } else if (k >= 1) {  // this warp's tile rows are free (the sync_warp ending the previous chunk)
-        load_chunk(m, cache_base, p0 + t0, nv, a, krows, vrows);
-        sync_warp();
-      }
+
+    // The chunk's nv positions: K rows at kr, V rows at vr (a.stride apart).
+    __device__ void chunk(const ModelDims&, const AttentionWarpSmem&, const uint16_t* kr, const uint16_t* vr, int nv) {
       // Scores and the online softmax update, per (head, position) lane.
 #pragma unroll 1
       for (int r = 0; r < kRounds; ++r) {
@@ -487,6 +446,199 @@ struct AttentionOp : OpDefaults {
         more[0] = make_float4(o[0], o[1], o[2], o[3]);
         more[1] = make_float4(o[4], o[5], o[6], o[7]);
       }
+    }
+
+    // The warp's partial into `mine`: the G x hd unnormalised output, then m and l per head.
+    __device__ void write_part(const ModelDims&, const AttentionWarpSmem&, float* mine) const {
+      for (int i = lane; i < G * row8; i += MK_WARP_SIZE) {
+        float4* dst = reinterpret_cast<float4*>(mine + i * 8);  // head h's elements at h * hd
+        if (i < MK_WARP_SIZE) {
+          dst[0] = make_float4(acc0[0], acc0[1], acc0[2], acc0[3]);
+          dst[1] = make_float4(acc0[4], acc0[5], acc0[6], acc0[7]);
+        } else {
+          const float4* src = reinterpret_cast<const float4*>(acc_more + (i - MK_WARP_SIZE) * 8);
+          dst[0] = src[0], dst[1] = src[1];
+        }
+      }
+      for (int j = lane; j < G; j += MK_WARP_SIZE) mine[G * hd + j] = m_run[j], mine[G * hd + G + j] = l_run[j];
+    }
+  };
+
+#if MK_WARP_MMA
+  // The same on tensor cores (attention_warp_mma: G <= 8, head_dim 32 or 64, chunks of 8 positions), as
+  // two MMAs per chunk: scores S = q K^T (m16n8k16 over head_dim, rows 0-7 the group's heads' q_hi,
+  // rows 8-15 their q_lo, summed after), then O^T += V^T P^T (m16n8k8 over the chunk's positions, 16 output columns a tile, the
+  // heads as the 8 columns; O^T rather than O keeps every accumulator register meaningful). Lane
+  // (g = lane / 4, c = lane % 4) holds the scores of head g at positions 2c, 2c + 1, which is the B
+  // fragment P^T needs, so the softmax stays in the lane (a head's max over its 8 positions: two
+  // shuffles among its four lanes), and outputs g, g + 8 of every 16 columns of heads 2c, 2c + 1 (their
+  // rescale factors come from those heads' lanes). q and P go in as bf16 hi + lo parts,
+  // which keeps their products at ~16 bits of mantissa, as close to the FMA path as the tests require; K
+  // and V are bf16 already. Heads >= G compute on zero q and are never written.
+  struct MmaChunks {
+    // 16-column tile t of O^T: o[t] = outputs 16t + g of heads 2c, 2c + 1, then 16t + g + 8 of them.
+    float o[4][4];
+    float m_run = -INFINITY, l_part = 0.f;  // head g's running max; this lane's share of its sum
+
+    __device__ MmaChunks(const ModelDims&, const AttentionWarpSmem&, int) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+    }
+
+    // Tile t += (V^T P^T) with the rescale of heads 2c, 2c + 1 first; v_lo / v_hi: its A fragments.
+    __device__ static void pv_tile(float (&t)[4], float cr0, float cr1, uint32_t v_lo, uint32_t v_hi, uint32_t p_hi,
+                                   uint32_t p_lo) {
+      t[0] *= cr0, t[1] *= cr1, t[2] *= cr0, t[3] *= cr1;
+      mma_k8(t, v_lo, v_hi, p_hi);
+      mma_k8(t, v_lo, v_hi, p_lo);
+    }
+
+    __device__ void chunk(const ModelDims& d, const AttentionWarpSmem& a, const uint16_t* kr, const uint16_t* vr, int nv) {
+      const int lane = lane_id(), c = lane & 3, hd = d.head_dim;
+      // ldmatrix rows: lane l gives row l % 8 of matrix l / 8 (8 columns each). Positions past the
+      // chunk's end read its last row (finite data; their weights are 0).
+      const uint32_t row = uint32_t((min(lane & 7, nv - 1) * a.stride + (lane >> 3) * 8) * 2);
+      const uint32_t k_row = shared_address(kr) + row;
+      // A 16 x 16 block of q: rows 0-7 q_hi, rows 8-15 q_lo (right after it), so one MMA gives both
+      // parts' scores; lanes 0-15 give the rows at columns 0-7, lanes 16-31 at columns 8-15. Its address
+      // is derived here rather than kept across chunks (registers are what limits this kernel).
+      const uint32_t q_row = shared_address(a.q_hi + (lane & 15) * a.stride + (lane >> 4) * 8);
+      float s[4] = {0.f, 0.f, 0.f, 0.f};  // rows g: q_hi's scores, rows g + 8: q_lo's
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // 32 columns of head_dim (two k16 steps) per round
+        if (q * 32 >= hd) break;
+        uint32_t k4[4], q4[4];
+        ldmatrix_x4(k4, k_row + q * 64);
+        ldmatrix_x4(q4, q_row + q * 64);
+        mma_k16(s, q4, k4[0], k4[1]);
+        ldmatrix_x4(q4, q_row + q * 64 + 32);
+        mma_k16(s, q4, k4[2], k4[3]);
+      }
+      float s0 = s[0] + s[2], s1 = s[1] + s[3];
+      if (2 * c >= nv) s0 = -INFINITY;  // q carries the 1 / sqrt(head_dim) (prepare_head)
+      if (2 * c + 1 >= nv) s1 = -INFINITY;
+      float cmax = fmaxf(s0, s1);
+      cmax = fmaxf(cmax, shfl_xor(cmax, 1));
+      cmax = fmaxf(cmax, shfl_xor(cmax, 2));  // position 0 is valid: finite
+      const float m_new = fmaxf(m_run, cmax);
+      const float cr = __expf(m_run - m_new);  // 0 on the warp's first chunk (m = -inf)
+      const float p0 = __expf(s0 - m_new), p1 = __expf(s1 - m_new);
+      l_part = l_part * cr + (p0 + p1);
+      m_run = m_new;
+      const uint32_t p_hi = pack_bf16(p0, p1), p_lo = pack_bf16_residual(p0, p1, p_hi);
+      const float cr0 = shfl(cr, 8 * c), cr1 = shfl(cr, 8 * c + 4);  // of heads 2c and 2c + 1
+      const uint32_t v_row = shared_address(vr) + row;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // 32 output columns (two 16-column tiles) per round
+        if (q * 32 >= hd) break;
+        uint32_t v4[4];
+        ldmatrix_x4_trans(v4, v_row + q * 64);
+        pv_tile(o[2 * q], cr0, cr1, v4[0], v4[1], p_hi, p_lo);
+        pv_tile(o[2 * q + 1], cr0, cr1, v4[2], v4[3], p_hi, p_lo);
+      }
+    }
+
+    __device__ void write_part(const ModelDims& d, const AttentionWarpSmem&, float* mine) const {
+      const int G = d.group_size, hd = d.head_dim, g = lane_id() >> 2, c = lane_id() & 3;
+      float l = l_part + shfl_xor(l_part, 1);
+      l += shfl_xor(l, 2);
+      if (g < G && c == 0) mine[G * hd + g] = m_run, mine[G * hd + G + g] = l;
+      auto put = [&](int t, float x0, float x1, float x2, float x3) {
+        if (2 * c < G) mine[2 * c * hd + 16 * t + g] = x0, mine[2 * c * hd + 16 * t + g + 8] = x2;
+        if (2 * c + 1 < G) mine[(2 * c + 1) * hd + 16 * t + g] = x1, mine[(2 * c + 1) * hd + 16 * t + g + 8] = x3;
+      };
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        if (t * 16 < hd) put(t, o[t][0], o[t][1], o[t][2], o[t][3]);
+    }
+  };
+#endif
+
+  // Up to this many chunks of a warp are in flight in the weight-stream ring while it computes one.
+  static constexpr int kMaxAhead = 4;
+
+  // Starts asynchronous copies of the K and V rows of cache positions [t0, t0 + n) (n <= a.rows) into a
+  // chunk buffer: a.rows rows of K, then a.rows rows of V, a.stride elements apart.
+  template <class MachineT>
+  __device__ static void copy_chunk_async(MachineT& m, size_t cache_base, int t0, int n, const AttentionWarpSmem& a,
+                                          uint16_t* buf) {
+    const int hd = m.p.dims.head_dim, row8 = hd / 8, half = a.rows * row8;
+    const uint4* ksrc = reinterpret_cast<const uint4*>(m.p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
+    const uint4* vsrc = reinterpret_cast<const uint4*>(m.p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
+    for (int i = lane_id(); i < 2 * half; i += MK_WARP_SIZE) {
+      const int j = i < half ? i : i - half;
+      if (j < n * row8)
+        copy_async_16(buf + (i < half ? 0 : a.rows * a.stride) + (j >> a.row8_log2) * a.stride + (j & (row8 - 1)) * 8,
+                      (i < half ? ksrc : vsrc) + j);
+    }
+  }
+
+  template <class MachineT>
+  __device__ static void warp_chunks(MachineT& m, const AttentionWarpSmem& a, size_t cache_base, int p0, int p1, size_t slot0) {
+#if MK_WARP_MMA
+    if (attention_warp_mma(m.p.dims)) {
+      warp_chunks_with<MmaChunks>(m, a, cache_base, p0, p1, slot0);
+      return;
+    }
+#endif
+    warp_chunks_with<FmaChunks>(m, a, cache_base, p0, p1, slot0);
+  }
+
+  // The warp path. The split's positions go in chunks of a.rows to the warps in turn (chunk c to warp
+  // c % warps). Chunk c < warps lies in the first tile, staged before the wait, in the rows warp c owns. A
+  // warp keeps, per head, its own running max m, sum l and unnormalised output o across its chunks
+  // (Chunks: FmaChunks or MmaChunks), so no block barrier separates scores, softmax and P·V (the
+  // barriers between them were most of a tile's time at long contexts: docs/log.md, eighth session). At
+  // the end the warps' partials are combined in shared memory and this split's (m, l, o) per head
+  // written (head j's at slot0 + j * splits).
+  template <class Chunks, class MachineT>
+  __device__ static void warp_chunks_with(MachineT& m, const AttentionWarpSmem& a, size_t cache_base, int p0, int p1,
+                                          size_t slot0) {
+    const ModelDims& d = m.p.dims;
+    const int hd = d.head_dim, G = d.group_size, S = d.attention_splits;
+    const int w = warp_id(), lane = lane_id(), R = a.rows, n = p1 - p0;
+    uint16_t* krows = a.k + w * R * a.stride;  // its V rows are a.tile rows on (a.v)
+    Chunks math(d, a, w);
+    // The warp's chunks: k-th at c = w + k * warps. Chunk 0 is in the first tile; later ones come through
+    // `ahead` buffers of the weight-stream ring, which is idle during attention unless the stream may
+    // issue ahead of the running instruction (then they are copied into the warp's tile rows in turn).
+    const int chunk_elems = 2 * R * a.stride;  // K rows, then V rows
+    int ahead = 0;
+    uint16_t* ring = nullptr;
+    if constexpr (MachineT::kStream) {
+      if (m.p.stream_lookahead == 0) {
+        ahead = min(int(m.p.stream_slots * m.p.stream_slot_bytes / uint32_t(kWarps * chunk_elems * 2)), kMaxAhead);
+        ring = reinterpret_cast<uint16_t*>(m.ws.ring) + size_t(w) * size_t(ahead) * size_t(chunk_elems);
+      }
+    }
+    const int chunks = (n + R - 1) >> a.rows_log2;
+    const int my_chunks = chunks > w ? (chunks - w + kWarps - 1) / kWarps : 0;
+    // Chunk k (k >= 1) into ring buffer (k - 1) % ahead as one group of copies; a group is committed even
+    // past the last chunk, so that chunk k always has ahead - 1 groups after it.
+    auto issue = [&](int k, uint16_t* buf) {
+      if (k < my_chunks) {
+        const int t0 = (w + k * kWarps) * R;
+        copy_chunk_async(m, cache_base, p0 + t0, min(R, n - t0), a, buf);
+      }
+      commit_async_group();
+    };
+    for (int k = 1; k <= ahead; ++k) issue(k, ring + (k - 1) * chunk_elems);
+    int buffer = 0;  // (k - 1) % ahead
+    for (int k = 0; k < my_chunks; ++k) {
+      const int t0 = (w + k * kWarps) * R, nv = min(R, n - t0);
+      uint16_t* kr = krows;
+      int k_to_v = a.tile * a.stride;
+      if (k >= 1 && ahead > 0) {
+        wait_async_groups(ahead - 1);
+        sync_warp();  // every lane's copies of the chunk have landed
+        kr = ring + buffer * chunk_elems;
+        k_to_v = R * a.stride;
+      } else if (k >= 1) {  // this warp's tile rows are free (the sync_warp ending the previous chunk)
+        load_chunk(m, cache_base, p0 + t0, nv, a, krows, krows + k_to_v);
+        sync_warp();
+      }
+      const uint16_t* vr = kr + k_to_v;
+      math.chunk(d, a, kr, vr, nv);
       sync_warp();  // the chunk's rows, weights and factors are read before the next chunk replaces them
       if (k >= 1 && ahead > 0) {
         issue(k + ahead, kr);  // into the buffer just read
@@ -502,18 +654,7 @@ struct AttentionOp : OpDefaults {
     // warp is done with after the barrier); then a thread per (head, element) combines them in warp order.
     __syncthreads();
     const int part = attention_part_floats(d);
-    float* mine = a.parts + w * part;
-    for (int i = lane; i < G * row8; i += MK_WARP_SIZE) {
-      float4* dst = reinterpret_cast<float4*>(mine + i * 8);  // head h's elements at h * hd
-      if (i < MK_WARP_SIZE) {
-        dst[0] = make_float4(acc0[0], acc0[1], acc0[2], acc0[3]);
-        dst[1] = make_float4(acc0[4], acc0[5], acc0[6], acc0[7]);
-      } else {
-        const float4* src = reinterpret_cast<const float4*>(acc_more + (i - MK_WARP_SIZE) * 8);
-        dst[0] = src[0], dst[1] = src[1];
-      }
-    }
-    for (int j = lane; j < G; j += MK_WARP_SIZE) mine[G * hd + j] = m_run[j], mine[G * hd + G + j] = l_run[j];
+    math.write_part(d, a, a.parts + w * part);
     __syncthreads();
     // A warp per head: lane v weighs warp v's partial by exp(m_v - max), and the head's (m, l) are written.
     float* weight = a.probs;  // warps x G (the softmax weights' space, free now)

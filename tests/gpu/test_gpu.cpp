@@ -178,22 +178,13 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
                                   std::string(dtype_name(test_info.param.dtype));
                          });
 
-TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
-  // 700 positions: attention runs over several active splits. With the default splits each is one
-  // shared-memory tile (the first tile is staged before the wait); with 2 splits each walks 3 tiles and
-  // the new position falls in a later tile (read back from the cache). Both on the default weight stream;
-  // the 2 splits also with 1 KiB stream slots (the ring wraps many times per GEMV at this length's
-  // schedule) and with weights through registers (the AMD path). Each on both attention paths: on the
-  // warp path, 2 splits give every warp several chunks, which come through the idle weight-stream ring
-  // on the default stream and are loaded by the warp itself with 1 KiB slots (too small for them), with
-  // a stream that issues ahead (the ring is not idle then) and through registers.
-  TinyModelSpec spec;
-  spec.eos = {};
-  auto model = tiny(spec, "gpu-long");
+// 700 positions on `model` (context 800) for each attention path and engine configuration: splits (0:
+// the default), stream slots (-1: the default, 0: weights through registers), slot KiB, lookahead.
+void expect_long_prompt_matches_emulator(const Model& model, const std::vector<AttentionPath>& paths, const std::string& what) {
   struct Config {
     int splits, slots, slot_kib, lookahead;
   };
-  for (const AttentionPath path : {AttentionPath::Tiles, AttentionPath::WarpChunks})
+  for (const AttentionPath path : paths)
     for (const Config cfg : {Config{0, -1, 0, 0}, Config{2, -1, 0, 0}, Config{2, 3, 1, 0}, Config{2, 0, 0, 0}, Config{2, -1, 0, 1}}) {
       if (path == AttentionPath::Tiles && cfg.lookahead > 0) continue;  // the tile path does not use the ring
       GpuOptions gopt;
@@ -203,15 +194,50 @@ TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
       gopt.stream_slot_kib = cfg.slot_kib;
       gopt.stream_lookahead = cfg.lookahead;
       gopt.attention_path = path;
-      auto gpu = create_gpu_backend(*model, gopt);
+      auto gpu = create_gpu_backend(model, gopt);
       std::vector<int32_t> prompt(700);
       for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
       const int S = gpu->schedule().attention_splits;
-      expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 32,
-                                  fmt::format("700-token prompt, {} active splits of {}, {} attention, lookahead {}, {}",
+      expect_gpu_matches_emulator(model, *gpu, 800, prompt, 32,
+                                  fmt::format("{}: 700-token prompt, {} active splits of {}, {} attention, lookahead {}, {}", what,
                                               active_attention_splits(732, S), S,
                                               path == AttentionPath::Tiles ? "tile" : "warp-chunk", cfg.lookahead, gpu->name()));
     }
+}
+
+TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
+  // 700 positions: attention runs over several active splits. With the default splits each is one
+  // shared-memory tile (the first tile is staged before the wait); with 2 splits each walks 3 tiles and
+  // the new position falls in a later tile (read back from the cache). Both on the default weight stream;
+  // the 2 splits also with 1 KiB stream slots (the ring wraps many times per GEMV at this length's
+  // schedule) and with weights through registers (the AMD path). Each on both attention paths: on the
+  // warp path, 2 splits give every warp several chunks, which come through the idle weight-stream ring
+  // on the default stream and are loaded by the warp itself with 1 KiB slots (too small for them), with
+  // a stream that issues ahead (the ring is not idle then) and through registers. This model's head_dim
+  // (16) takes the warp path's FMA form.
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = tiny(spec, "gpu-long");
+  expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles, AttentionPath::WarpChunks}, "head_dim 16, 2 heads a kv head");
+}
+
+TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
+  // The warp path's tensor-core form (attention_warp_mma; NVIDIA): head_dim 64 with 4 query heads a kv
+  // head (Llama-3.2-1B's), and head_dim 32 with 8 (the most the MMA's rows hold), in every configuration
+  // of the test above.
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Shape shape : {Shape{8, 2, 64}, Shape{8, 1, 32}}) {
+    TinyModelSpec spec;
+    spec.eos = {};
+    spec.heads = shape.heads;
+    spec.kv_heads = shape.kv_heads;
+    spec.head_dim = shape.head_dim;
+    auto model = tiny(spec, "gpu-long-mma");
+    expect_long_prompt_matches_emulator(*model, {AttentionPath::WarpChunks},
+                                        fmt::format("head_dim {}, {} heads a kv head", shape.head_dim, shape.heads / shape.kv_heads));
+  }
 }
 
 TEST(Gpu, TransformersFixturesGreedyAndLogits) {
