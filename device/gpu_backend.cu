@@ -195,7 +195,7 @@ class MonokernelBackend final : public GpuBackend {
     // The furthest sequence length this launch's attention can see: its last step's position + 1.
     const int reach = std::min(opt_.context, position_ + int(input.size()) + std::max(req.max_new_tokens - 1, 0));
     const bool long_context = opt_.attention_path == AttentionPath::WarpChunks ||
-                              (opt_.attention_path == AttentionPath::Auto && dev::attention_long_context(dims(), reach));
+                              (opt_.attention_path == AttentionPath::Auto && dev::attention_long_context(dims(), reach, dev::kWarpMmaBuild));
     if (long_context && !long_prepared_) {
       prepare_kernel(kernel_long_);
       long_prepared_ = true;

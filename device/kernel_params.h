@@ -129,14 +129,27 @@ MK_HD_INLINE bool attention_warp_path_supported(const ModelDims& d) {
 MK_HD_INLINE bool attention_warp_mma(const ModelDims& d) {
   return d.group_size <= 8 && (d.head_dim == 32 || d.head_dim == 64);
 }
+// Whether this build's warp path has its tensor-core form (device/tensor_core.h: NVIDIA).
+#if defined(MK_PLATFORM_NVIDIA)
+inline constexpr bool kWarpMmaBuild = true;
+#else
+inline constexpr bool kWarpMmaBuild = false;
+#endif
 // Whether a launch whose sequence reaches `positions` runs attention's warp path (the long-context
-// kernels): when its splits then hold more than 512 positions. Measured on an H100 (docs/log.md, ninth
-// session): the tile path is faster up to 4096 positions of Llama-3.2-1B (256 a split), the warp path
-// from 8192 (512 a split); Llama-3.1-8B even at 8192, Qwen2.5-0.5B faster on the warp path at 16384.
-MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions) {
+// kernels), in a build with (`tensor_cores`) or without the warp path's tensor-core form. Measured on an
+// H100 (docs/log.md): on tensor cores (tenth session), the warp path is faster once splits hold more
+// than about 1.5 tiles of 128 positions (Llama-3.2-1B, whose launches at depth d reach d + 128: -2.5% at
+// depth 4096, 264 a split; +1% at 2048, 136 a split), and at every length for groups whose tile takes the
+// tile path's block more than one round of (head, position) threads (Qwen2.5-0.5B's 7 heads: -0.5% at 128
+// to -22% at 16384). On the FMA units (ninth session), only when
+// splits hold more than 512 positions (Llama-3.2-1B from 8192; Llama-3.1-8B even at 8192).
+MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool tensor_cores) {
   if (!attention_warp_path_supported(d)) return false;
   const int splits = active_attention_splits(positions, d.attention_splits);
-  return (positions + splits - 1) / splits > 4 * kPositionsPerSplit;
+  const int per_split = (positions + splits - 1) / splits;
+  if (tensor_cores && attention_warp_mma(d))
+    return 2 * per_split > 3 * kPositionsPerSplit || d.group_size * attention_tile_positions(d.head_dim) > kThreads;
+  return per_split > 4 * kPositionsPerSplit;
 }
 
 // Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces

@@ -19,7 +19,7 @@ __shared__ unsigned long long profile_prologue_end;
 
 // Fp16: F16 weights (else BF16); Stream: GEMV weights come through the weight stream (else straight into
 // registers); Profile: the timers of --profile / --trace are compiled in; LongContext: attention's warp
-// path (device/ops/attention.h), for launches whose splits reach past 512 positions. Each combination is its own
+// path (device/ops/attention.h), for launches that reach long splits (attention_long_context). Each combination is its own
 // kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
 // 3.1-8B on an H200 than one kernel with run-time switches, both with the aligned shared memory
 // (docs/log.md, fifth session).

@@ -12,7 +12,7 @@
 
 #include "device/platform.h"
 
-#if defined(MK_PLATFORM_NVIDIA)
+#if defined(MK_PLATFORM_NVIDIA)  // as kWarpMmaBuild (kernel_params.h), which the launcher reads
 #define MK_WARP_MMA 1
 #else
 #define MK_WARP_MMA 0

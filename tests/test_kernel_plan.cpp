@@ -114,6 +114,27 @@ TEST(KernelPlan, AttentionWarpPathTakesTensorCoresForHeadsOf32Or64) {
   EXPECT_TRUE(dev::attention_warp_mma(d));
 }
 
+TEST(KernelPlan, LongContextKernelsFromTheMeasuredLengths) {
+  // Where launches switch to the warp path (docs/log.md, ninth and tenth sessions), by how far their
+  // sequence reaches: with tensor cores, once a split holds more than 192 positions (Llama-3.2-1B: 16
+  // splits a kv head, so past 3072), and at every length for Qwen2.5-0.5B (7 heads a group: the tile
+  // path's 128-position tile takes its block two rounds); without, past 512 positions a split.
+  const Planned llama = plan_for("llama-3.2-1b"), qwen = plan_for("qwen2.5-0.5b"), big = plan_for("llama-3.1-8b");
+  ASSERT_EQ(llama.dims.attention_splits, 16);
+  EXPECT_FALSE(dev::attention_long_context(llama.dims, 3072, true));
+  EXPECT_TRUE(dev::attention_long_context(llama.dims, 3073, true));
+  EXPECT_FALSE(dev::attention_long_context(llama.dims, 8192, false));
+  EXPECT_TRUE(dev::attention_long_context(llama.dims, 8193, false));
+  EXPECT_TRUE(dev::attention_long_context(qwen.dims, 1, true));
+  EXPECT_FALSE(dev::attention_long_context(qwen.dims, 4096, false));
+  // head_dim 128 has no tensor-core form: the FMA form's threshold either way.
+  const int past = 4 * kPositionsPerSplit * big.dims.attention_splits;
+  for (const bool tc : {false, true}) {
+    EXPECT_FALSE(dev::attention_long_context(big.dims, past, tc));
+    EXPECT_TRUE(dev::attention_long_context(big.dims, past + 1, tc));
+  }
+}
+
 TEST(KernelPlan, WeightStreamRequestsAndLimits) {
   const Planned p = plan_for("llama-3.2-1b");
   const size_t act = dev::activation_smem_bytes(p.schedule, p.dims);
