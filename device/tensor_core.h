@@ -56,15 +56,17 @@ __device__ __forceinline__ void mma_k8(float (&c)[4], uint32_t a_lo, uint32_t a_
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a_lo), "r"(a_hi), "r"(b));
 }
-#endif
 
-// Two floats as bf16 (round to nearest even), the first in the low half; and what rounding left of each,
-// likewise, so that hi + lo carries a float to ~16 bits of mantissa through bf16 products.
+// Two floats as bf16 (round to nearest even; one cvt), the first in the low half; and what rounding left
+// of each, likewise, so that hi + lo carries a float to ~16 bits of mantissa through bf16 products.
 __device__ __forceinline__ uint32_t pack_bf16(float x, float y) {
-  return uint32_t(float_to_bf16_bits(x)) | (uint32_t(float_to_bf16_bits(y)) << 16);
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(y), "f"(x));  // the first source goes high
+  return r;
 }
 __device__ __forceinline__ uint32_t pack_bf16_residual(float x, float y, uint32_t hi) {
   return pack_bf16(x - __uint_as_float(hi << 16), y - __uint_as_float(hi & 0xffff0000u));
 }
+#endif
 
 }  // namespace mk::dev

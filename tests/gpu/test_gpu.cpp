@@ -118,7 +118,7 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
 // and per-domain counters (issue 4), with workgroup % 5 as the domains, and with a unit -> domain table
 // over 7 domains whose entries for units >= 100 are missing (those workgroups take the fallback). The
 // profiling and per-domain kernels on the weight stream run attention's warp path (the long-context
-// kernels), the others its tile path.
+// kernels; on tensor cores for Qwen3's head_dim 32 on NVIDIA), the others its tile path.
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
   auto model = tiny_of(GetParam(), "gpu-emu-engines");
   for (int variant = 0; variant < 6; ++variant) {
