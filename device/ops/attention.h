@@ -558,18 +558,26 @@ struct AttentionOp : OpDefaults {
   static constexpr int kMaxAhead = 4;
 
   // Starts asynchronous copies of the K and V rows of cache positions [t0, t0 + n) (n <= a.rows) into a
-  // chunk buffer: a.rows rows of K, then a.rows rows of V, a.stride elements apart.
+  // chunk buffer: a.rows rows of K, then a.rows rows of V, a.stride elements apart. A lane copies pieces
+  // lane + k * MK_WARP_SIZE of the K rows and the same of the V rows; as head_dim / 8 divides the warp
+  // size, all of a lane's pieces sit in one column, MK_WARP_SIZE / (head_dim / 8) rows apart, so only
+  // two bases move with k (the per-piece address arithmetic was most of this path's issue cost).
   template <class MachineT>
   __device__ static void copy_chunk_async(MachineT& m, size_t cache_base, int t0, int n, const AttentionWarpSmem& a,
                                           uint16_t* buf) {
-    const int hd = m.p.dims.head_dim, row8 = hd / 8, half = a.rows * row8;
-    const uint4* ksrc = reinterpret_cast<const uint4*>(m.p.k_cache + (cache_base + size_t(t0)) * size_t(hd));
-    const uint4* vsrc = reinterpret_cast<const uint4*>(m.p.v_cache + (cache_base + size_t(t0)) * size_t(hd));
-    for (int i = lane_id(); i < 2 * half; i += MK_WARP_SIZE) {
-      const int j = i < half ? i : i - half;
-      if (j < n * row8)
-        copy_async_16(buf + (i < half ? 0 : a.rows * a.stride) + (j >> a.row8_log2) * a.stride + (j & (row8 - 1)) * 8,
-                      (i < half ? ksrc : vsrc) + j);
+    const int hd = m.p.dims.head_dim, row8 = hd / 8, half = a.rows * row8, lane = lane_id();
+    const size_t first = (cache_base + size_t(t0)) * size_t(hd) + size_t(lane) * 8;
+    const uint16_t* ksrc = m.p.k_cache + first;
+    const uint16_t* vsrc = m.p.v_cache + first;
+    uint16_t* dst = buf + (lane >> a.row8_log2) * a.stride + (lane & (row8 - 1)) * 8;
+    const int round_rows = MK_WARP_SIZE >> a.row8_log2;
+#pragma unroll
+    for (int k = 0; k < kChunkPieces / 2; ++k) {  // half <= kChunkPieces / 2 * MK_WARP_SIZE
+      const int j = lane + k * MK_WARP_SIZE;
+      if (j < half && j < n * row8) {
+        copy_async_16(dst + k * round_rows * a.stride, ksrc + k * MK_WARP_SIZE * 8);
+        copy_async_16(dst + (a.rows + k * round_rows) * a.stride, vsrc + k * MK_WARP_SIZE * 8);
+      }
     }
   }
 
