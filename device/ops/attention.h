@@ -466,15 +466,17 @@ struct AttentionOp : OpDefaults {
 
 #if MK_WARP_MMA
   // The same on tensor cores (attention_warp_mma: G <= 8, head_dim 32 or 64, chunks of 8 positions), as
-  // two MMAs per chunk: scores S = q K^T (m16n8k16 over head_dim, rows 0-7 the group's heads' q_hi,
-  // rows 8-15 their q_lo, summed after), then O^T += V^T P^T (m16n8k8 over the chunk's positions, 16 output columns a tile, the
-  // heads as the 8 columns; O^T rather than O keeps every accumulator register meaningful). Lane
-  // (g = lane / 4, c = lane % 4) holds the scores of head g at positions 2c, 2c + 1, which is the B
-  // fragment P^T needs, so the softmax stays in the lane (a head's max over its 8 positions: two
-  // shuffles among its four lanes), and outputs g, g + 8 of every 16 columns of heads 2c, 2c + 1 (their
-  // rescale factors come from those heads' lanes). q and P go in as bf16 hi + lo parts,
-  // which keeps their products at ~16 bits of mantissa, as close to the FMA path as the tests require; K
-  // and V are bf16 already. Heads >= G compute on zero q and are never written.
+  // two MMAs per chunk:
+  // - scores S = q K^T, m16n8k16 over head_dim: A's rows 0-7 are the group's heads' q rounded to bf16
+  //   (q_hi), rows 8-15 what the rounding left (q_lo), summed after;
+  // - O^T += V^T P^T, m16n8k8 over the chunk's positions, 16 output columns a tile, the heads as the 8
+  //   columns (O^T rather than O: with the heads as rows, each accumulator quad would be half empty).
+  // Lane (g = lane / 4, c = lane % 4) holds the scores of head g at positions 2c, 2c + 1, which is the B
+  // fragment P^T needs, so the softmax stays in the lane (a head's max over its 8 positions: two shuffles
+  // among its four lanes), and outputs g, g + 8 of every 16 columns of heads 2c, 2c + 1 (their rescale
+  // factors come from those heads' lanes). P also goes in as bf16 hi + lo parts; with q's, that keeps the
+  // products at ~16 bits of mantissa, as close to the FMA form as the tests require; K and V are bf16
+  // already. Heads >= G compute on zero q and are never written.
   struct MmaChunks {
     // 16-column tile t of O^T: o[t] = outputs 16t + g of heads 2c, 2c + 1, then 16t + g + 8 of them.
     float o[4][4];
