@@ -85,7 +85,13 @@ MK_HD_INLINE int attention_warp_acc_floats(const ModelDims& d, int warp_size) {
   const int more = d.group_size * d.head_dim - 8 * warp_size;
   return more > 0 ? more : 0;
 }
-MK_HD_INLINE bool attention_warp_mma(const ModelDims& d);
+// Models whose warp path runs on tensor cores where the platform has them (device/tensor_core.h): at most
+// 8 query heads per kv head (the rows of an MMA's A operand that are kept) and head_dim 32 or 64 (whole
+// 32-column ldmatrix loads; every output accumulator in registers). A chunk is then 8 positions, the N of
+// the MMA (attention_warp_tile_positions gives 8 rows a warp for these head sizes).
+MK_HD_INLINE bool attention_warp_mma(const ModelDims& d) {
+  return d.group_size <= 8 && (d.head_dim == 32 || d.head_dim == 64);
+}
 // Float offset of the warp path's K tile: after q/k/v, RoPE, the per-warp accumulators (sized for 32-lane
 // warps, the most warps), then the softmax weights and running state of the FMA form or, over them, the
 // tensor-core form's bf16 q rows (2 x 8 rows of the padded stride), rounded up to 16 bytes.
@@ -122,27 +128,22 @@ MK_HD_INLINE bool attention_warp_path_supported(const ModelDims& d) {
   const int row8 = d.head_dim / 8;
   return row8 > 0 && (row8 & (row8 - 1)) == 0 && d.group_size * d.head_dim <= 1024;
 }
-// Models whose warp path runs on tensor cores where the platform has them (device/tensor_core.h): at most
-// 8 query heads per kv head (the rows of an MMA's A operand that are kept) and head_dim 32 or 64 (whole
-// 32-column ldmatrix loads; every output accumulator in registers). A chunk is then 8 positions, the N of
-// the MMA (attention_warp_tile_positions gives 8 rows a warp for these head sizes).
-MK_HD_INLINE bool attention_warp_mma(const ModelDims& d) {
-  return d.group_size <= 8 && (d.head_dim == 32 || d.head_dim == 64);
-}
-// Whether this build's warp path has its tensor-core form (device/tensor_core.h: NVIDIA).
+// Whether this build's warp path has its tensor-core form (device/tensor_core.h: NVIDIA); the macro for
+// device code's #if, the constant for the launcher.
 #if defined(MK_PLATFORM_NVIDIA)
-inline constexpr bool kWarpMmaBuild = true;
+#define MK_WARP_MMA 1
 #else
-inline constexpr bool kWarpMmaBuild = false;
+#define MK_WARP_MMA 0
 #endif
+inline constexpr bool kWarpMmaBuild = MK_WARP_MMA != 0;
 // Whether a launch whose sequence reaches `positions` runs attention's warp path (the long-context
 // kernels), in a build with (`tensor_cores`) or without the warp path's tensor-core form. Measured on an
 // H100 (docs/log.md): on tensor cores (tenth session), the warp path is faster once splits hold more
 // than about 1.5 tiles of 128 positions (Llama-3.2-1B, whose launches at depth d reach d + 128: -2.5% at
 // depth 4096, 264 a split; +1% at 2048, 136 a split), and at every length for groups whose tile takes the
 // tile path's block more than one round of (head, position) threads (Qwen2.5-0.5B's 7 heads: -0.5% at 128
-// to -22% at 16384). On the FMA units (ninth session), only when
-// splits hold more than 512 positions (Llama-3.2-1B from 8192; Llama-3.1-8B even at 8192).
+// to -22% at 16384). On the FMA units (ninth session), only when splits hold more than 512 positions
+// (Llama-3.2-1B from 8192; Llama-3.1-8B even at 8192).
 MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool tensor_cores) {
   if (!attention_warp_path_supported(d)) return false;
   const int splits = active_attention_splits(positions, d.attention_splits);

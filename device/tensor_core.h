@@ -1,6 +1,6 @@
 // Warp-level tensor-core instructions (NVIDIA sm_80+: ldmatrix and mma.sync on bf16 with fp32
-// accumulators). MK_WARP_MMA says whether the platform has them; code using them keeps a portable path
-// beside (AMD builds compile that one).
+// accumulators). MK_WARP_MMA (kernel_params.h) says whether the platform has them; code using them keeps a
+// portable path beside (AMD builds compile that one).
 //
 // Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k8", bf16): a lane holds row
 // lane / 4 and columns 2 * (lane % 4) + {0, 1} of an accumulator; of A, the same row and columns (and
@@ -10,13 +10,8 @@
 
 #include <cstdint>
 
+#include "device/kernel_params.h"
 #include "device/platform.h"
-
-#if defined(MK_PLATFORM_NVIDIA)  // as kWarpMmaBuild (kernel_params.h), which the launcher reads
-#define MK_WARP_MMA 1
-#else
-#define MK_WARP_MMA 0
-#endif
 
 namespace mk::dev {
 

@@ -449,7 +449,7 @@ struct AttentionOp : OpDefaults {
     }
 
     // The warp's partial into `mine`: the G x hd unnormalised output, then m and l per head.
-    __device__ void write_part(const ModelDims&, const AttentionWarpSmem&, float* mine) const {
+    __device__ void write_part(const ModelDims&, float* mine) const {
       for (int i = lane; i < G * row8; i += MK_WARP_SIZE) {
         float4* dst = reinterpret_cast<float4*>(mine + i * 8);  // head h's elements at h * hd
         if (i < MK_WARP_SIZE) {
@@ -540,7 +540,7 @@ struct AttentionOp : OpDefaults {
       }
     }
 
-    __device__ void write_part(const ModelDims& d, const AttentionWarpSmem&, float* mine) const {
+    __device__ void write_part(const ModelDims& d, float* mine) const {
       const int G = d.group_size, hd = d.head_dim, g = lane_id() >> 2, c = lane_id() & 3;
       float l = l_part + shfl_xor(l_part, 1);
       l += shfl_xor(l, 2);
@@ -664,7 +664,7 @@ struct AttentionOp : OpDefaults {
     // warp is done with after the barrier); then a thread per (head, element) combines them in warp order.
     __syncthreads();
     const int part = attention_part_floats(d);
-    math.write_part(d, a, a.parts + w * part);
+    math.write_part(d, a.parts + w * part);
     __syncthreads();
     // A warp per head: lane v weighs warp v's partial by exp(m_v - max), and the head's (m, l) are written.
     float* weight = a.probs;  // warps x G (the softmax weights' space, free now)
