@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Eleventh session, v10: thread 0 reads the next instruction's counter after issuing a GEMV's last chunk; the next instruction skips its poll when that count (plus its own signal) is enough (old = b999b3d).
+# Eleventh session: one version against b999b3d (old) in one call: test_gpu on the new build, then
+# bench/ab_kernels.sh (three interleaved rounds) and one traced step of 1B and Qwen2.5-0.5B at 1024 from each
+# build, summarised by traces_b999b3d/tails.py. Binaries in .carry/ab/{old,new}. Versions v2-v7, v9 and v10 ran
+# this script (each as its folder's run.sh, identical but for its first comment line).
 set -u
 B=.carry/ab
 export MK_FIXTURES=$PWD/tests/fixtures
