@@ -55,7 +55,10 @@ struct Instr {
   uint8_t num_waits = 0;
   uint16_t layer = 0;
   uint32_t begin = 0, end = 0;  // output rows [begin, end); Attention: begin = kv group, end = split
-  uint32_t slot = 0;            // LMHead: its partial-argmax slot
+  // LMHead: its partial-argmax slot. A row stage with tail claims (ScheduleParams::tail_fraction): its
+  // static blocks carry kAuxClaims | the claim counter, its tail instructions kAuxTailPiece | the number of
+  // pieces (accessors below).
+  uint32_t aux = 0;
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
   uint32_t seq = 0;     // position in the canonical order of one step (for diagnostics and checking)
@@ -72,6 +75,16 @@ struct ScheduleParams {
   // stage) get D stripes. Which workgroup is in which domain is decided where it runs (the GPU: the
   // topology probe's map of its SM; the emulator: workgroup % D); any assignment is correct.
   int sync_domains = 1;
+  // Run-time tail claims (issue 13, item 5). In the row stages named by tail_ops (a mask of 1 << Op), the
+  // last tail_fraction of the rows is not given to any workgroup in advance: it is cut into
+  // workgroups - tail_spare pieces, and each workgroup, when it reaches the stage (before waiting for its
+  // inputs), claims one with an atomic add; the pieces go in arrival order, so the workgroups that come
+  // last, still busy with the previous stage, find none left and do only their static rows. Each
+  // workgroup then has, after its static block, a tail instruction that runs its piece (or nothing, and
+  // signals nothing). A row's value does not depend on who computes it. 0: off.
+  double tail_fraction = 0;
+  int tail_spare = 8;
+  uint32_t tail_ops = (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
 };
 
 struct Schedule {
@@ -132,6 +145,29 @@ MK_HD_INLINE void attention_split_range(int n, int S, int split, int* p0, int* p
   *p0 = first < n ? first : n;
   *p1 = first + chunk < n ? first + chunk : n;
   if (*p1 < *p0) *p1 = *p0;
+}
+
+// Tail claims (ScheduleParams::tail_fraction). Instr::aux of a static block that claims a piece when it
+// starts, and of the tail instruction that runs it; the rest of aux is the claim counter or the piece count.
+inline constexpr uint32_t kAuxClaims = 1u << 31, kAuxTailPiece = 1u << 30, kAuxValue = kAuxTailPiece - 1;
+MK_HD_INLINE bool claims_tail_piece(const Instr& in) { return (in.aux & kAuxClaims) != 0; }
+MK_HD_INLINE bool is_tail_piece(const Instr& in) { return (in.aux & kAuxTailPiece) != 0; }
+MK_HD_INLINE uint32_t claim_counter(const Instr& in) { return in.aux & kAuxValue; }
+MK_HD_INLINE uint32_t tail_pieces(const Instr& in) { return in.aux & kAuxValue; }
+// Every workgroup claims exactly once per step in each stage with tail claims, and every claim of step s
+// happens before any of step s + 1 (each workgroup's static blocks of step s, which the next step waits
+// for, come after its claims). So the counter stands at step * workgroups when step s's claims begin, and
+// a claim that returned `value` names this piece (>= tail_pieces: none is left).
+MK_HD_INLINE uint32_t claimed_piece(uint32_t value, uint32_t step, uint32_t workgroups) { return value - step * workgroups; }
+// Turns a tail instruction into the instruction that runs piece `piece` (its rows: the pool [begin, end)
+// cut into tail_pieces parts as split_range cuts it); false when `piece` is none.
+MK_HD_INLINE bool resolve_tail_piece(Instr& in, uint32_t piece) {
+  const uint32_t pieces = tail_pieces(in), rows = in.end - in.begin;
+  if (piece >= pieces) return false;
+  const uint32_t b = in.begin;
+  in.begin = b + uint32_t(uint64_t(rows) * piece / pieces);
+  in.end = b + uint32_t(uint64_t(rows) * (piece + 1) / pieces);
+  return true;
 }
 
 // Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.

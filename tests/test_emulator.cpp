@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
@@ -243,6 +244,127 @@ TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
   }
 }
 
+// Run-time tail claims (issue 13, item 5): each stage with claims gives every workgroup one static block,
+// right after it that workgroup's tail instruction, and cuts the last rows into workgroups - spare pieces;
+// the static rows and the pool cover the stage once, and the next stage waits for blocks and pieces.
+TEST(Schedule, TailClaimsGiveEveryWorkgroupOneClaimPerStageAndCoverTheRowsOnce) {
+  const ModelConfig c = preset_config("llama-3.2-1b");
+  ScheduleParams p{132, 0};
+  p.tail_fraction = 0.1;
+  p.tail_spare = 8;
+  const Schedule s = build_schedule(c, p);
+  const Schedule plain = build_schedule(c, ScheduleParams{132, 0});
+  EXPECT_EQ(s.num_counters(), plain.num_counters() + 2u * uint32_t(c.num_layers));  // a claim counter per stage
+  for (Op op : {Op::GateUp, Op::Down}) {
+    const uint32_t rows = uint32_t(op == Op::GateUp ? c.intermediate_size : c.hidden_size);
+    const uint32_t pool = uint32_t(double(rows) * 0.1);
+    std::vector<int> covered(rows, 0);
+    uint32_t claim = 0;
+    for (int w = 0; w < 132; ++w) {
+      int blocks = 0;
+      for (uint32_t i = s.wg_begin[size_t(w)]; i < s.wg_begin[size_t(w) + 1]; ++i) {
+        const Instr& in = s.instrs[i];
+        if (in.op != op || in.layer != 3) continue;
+        if (is_tail_piece(in)) continue;
+        ++blocks;
+        ASSERT_TRUE(claims_tail_piece(in));
+        ASSERT_LT(claim_counter(in), s.first_striped_counter);  // flat: one line
+        if (w == 0) claim = claim_counter(in);
+        EXPECT_EQ(claim_counter(in), claim) << "one claim counter per stage";
+        EXPECT_EQ(s.counter_names[claim_counter(in)], fmt::format("layer 3 {} claims", op_name(op)));
+        for (uint32_t r = in.begin; r < in.end; ++r) ++covered[r];
+        const Instr& tail = s.instrs[i + 1];  // the block's own tail instruction follows it
+        ASSERT_TRUE(is_tail_piece(tail));
+        ASSERT_EQ(tail.op, op);
+        EXPECT_EQ(tail.num_waits, 0);
+        EXPECT_EQ(tail_pieces(tail), 124u);
+        EXPECT_EQ(tail.begin, rows - pool);
+        EXPECT_EQ(tail.end, rows);
+        EXPECT_EQ(tail.signal, in.signal);
+        EXPECT_GT(tail.seq, in.seq);
+      }
+      EXPECT_EQ(blocks, 1) << op_name(op) << ", workgroup " << w;
+    }
+    Instr tail;
+    for (const Instr& in : s.instrs)
+      if (in.op == op && in.layer == 3 && is_tail_piece(in)) tail = in;
+    for (uint32_t k = 0; k < tail_pieces(tail); ++k) {
+      Instr piece = tail;
+      ASSERT_TRUE(resolve_tail_piece(piece, k));
+      EXPECT_LT(piece.begin, piece.end);
+      for (uint32_t r = piece.begin; r < piece.end; ++r) ++covered[r];
+    }
+    Instr none = tail;
+    EXPECT_FALSE(resolve_tail_piece(none, tail_pieces(tail)));
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), std::ptrdiff_t(rows)) << op_name(op);
+  }
+  // The consumers wait for 132 blocks and 124 pieces; the stages without claims are as before.
+  for (size_t i = 0; i < s.instrs.size(); ++i) {
+    const Instr& in = s.instrs[i];
+    if (in.layer == 3 && in.op == Op::Down && !is_tail_piece(in)) {
+      EXPECT_EQ(in.waits[0].per_step, 132u + 124u);
+    }
+    if (in.layer == 4 && in.op == Op::QKV) {
+      EXPECT_EQ(in.waits[0].per_step, 132u + 124u);
+    }
+    if (in.layer == 3 && in.op == Op::OProj) {
+      EXPECT_FALSE(claims_tail_piece(in) || is_tail_piece(in));
+    }
+  }
+  // Too few rows for a static block per workgroup or a row per piece: no claims in that stage.
+  ScheduleParams all = p;
+  all.tail_ops |= 1u << uint32_t(Op::OProj);
+  all.tail_fraction = 0.99;
+  const Schedule tiny_static = build_schedule(c, all);
+  for (const Instr& in : tiny_static.instrs) EXPECT_FALSE(claims_tail_piece(in) || is_tail_piece(in));
+  // Bad parameters are refused, naming the limit.
+  ScheduleParams bad = p;
+  bad.tail_fraction = 1.0;
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("tail fraction must be in [0, 1)"));
+  bad = p;
+  bad.tail_spare = 132;
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("spare workgroups must be in [0, 132)"));
+  bad = p;
+  bad.tail_ops = 1u << uint32_t(Op::QKV);
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("o_proj, gate_up and down only"));
+}
+
+// Whoever claims which piece, the results are those of the schedule without claims, bit for bit, under
+// every interleaving, with the checker on (it also checks that each step's claims follow the last's).
+TEST(Emulator, TailClaimsComputeExactlyWhatStaticRowsDo) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Qwen3;
+  spec.eos = {};
+  auto model = tiny(spec, "emu-tails");
+  SameAsFirstRun runs(*model, 10);
+  for (double fraction : {0.0, 0.4, 0.25})
+    for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random})
+      for (uint64_t seed = 1; seed <= (policy == Interleaving::Random ? 3u : 1u); ++seed) {
+        EmulatorOptions opt;
+        opt.num_workgroups = 16;
+        opt.context = 48;
+        opt.attention_splits = 3;
+        opt.tail_fraction = fraction;
+        opt.tail_spare = 4;
+        opt.tail_ops = (1u << uint32_t(Op::OProj)) | (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
+        opt.interleaving = policy;
+        opt.interleave_seed = seed;
+        opt.record_logits = true;
+        ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("fraction {}, {} seed {}", fraction, interleaving_name(policy), seed)));
+      }
+  EmulatorOptions opt;
+  opt.num_workgroups = 13;
+  opt.context = 64;
+  opt.tail_fraction = 0.3;
+  opt.tail_spare = 2;
+  opt.record_logits = true;
+  Emulator emu(*model, opt);
+  int tails = 0;
+  for (const Instr& in : emu.schedule().instrs) tails += is_tail_piece(in);
+  ASSERT_EQ(tails, 13 * 2 * spec.layers);  // gate_up and down of every layer have claims
+  expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
+}
+
 // Per-domain counters (issue 4): only the counters a whole stage signals get stripes, every stripe has a
 // line of its own, and the schedule computes exactly what the flat one does under every interleaving,
 // with every access ordered, for domain counts that do and do not divide the grid.
@@ -402,6 +524,78 @@ TEST(DependencyChecker, CatchesAPerDomainWaitOneProducerShort) {
       caught = true;
     }
   EXPECT_TRUE(caught) << "no interleaving exposed the missing producer";
+}
+
+// The stage after one with tail claims waits for its blocks and pieces; one short, and a piece (or a
+// block) can be read before it was written.
+TEST(DependencyChecker, CatchesAWaitOnePieceShortAfterTailClaims) {
+  TinyModelSpec spec;
+  auto model = tiny(spec, "dep-tails");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 32;
+  opt.tail_fraction = 0.4;
+  opt.tail_spare = 4;
+  ScheduleParams p{16, 0};
+  p.tail_fraction = 0.4;
+  p.tail_spare = 4;
+  const Schedule good = build_schedule(model->config, p);
+  Schedule s = good;
+  for (auto& in : s.instrs)
+    if (in.op == Op::Down && in.layer == 0 && in.num_waits == 1) {
+      ASSERT_EQ(in.waits[0].per_step, 16u + 12u);
+      in.waits[0].per_step -= 1;
+    }
+  bool caught = false;
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random})
+    for (uint64_t seed = 1; seed <= 4 && !caught; ++seed) {
+      opt.interleaving = policy;
+      opt.interleave_seed = seed;
+      const std::string msg = run_and_catch(*model, s, opt);
+      if (msg.empty()) continue;
+      EXPECT_THAT(msg, HasSubstr("dependency violation"));
+      EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 down rows \\[[0-9]+, [0-9]+\\)\n"
+                                                "  producer: step 0, workgroup [0-9]+: layer 0 gate_up (rows|tail piece)"));
+      caught = true;
+    }
+  EXPECT_TRUE(caught) << "no interleaving exposed the missing piece";
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    opt.interleaving = policy;
+    EXPECT_EQ(run_and_catch(*model, good, opt), "") << interleaving_name(policy);
+  }
+}
+
+// A claim's value names a piece only if every claim of the step before happened before it.
+TEST(DependencyChecker, ClaimsOfOneStepMustFollowAllClaimsOfTheStepBefore) {
+  auto describe = [](const emu::InstrRef& r) { return fmt::format("step {} instruction {}", r.step, r.index); };
+  {  // ordered through a counter: no violation
+    emu::DependencyChecker c(2, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 2);
+    c.claim(1, {0, 20, 1}, 1, 2);
+    c.release(0, 0);
+    c.release(1, 0);
+    c.acquire(1, 0, 2);
+    c.claim(1, {1, 20, 1}, 1, 2);
+    EXPECT_NO_THROW(c.throw_if_violations());
+  }
+  {  // workgroup 1 claims again at step 1 having seen only its own release: workgroup 0's claim is unordered
+    emu::DependencyChecker c(2, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 2);
+    c.claim(1, {0, 20, 1}, 1, 2);
+    c.release(1, 0);
+    c.acquire(1, 0, 1);
+    c.claim(1, {1, 20, 1}, 1, 2);
+    EXPECT_THAT(test::error_of([&] { c.throw_if_violations(); }),
+                AllOf(HasSubstr("two steps' claims on one counter with nothing ordering them"),
+                      HasSubstr("claim: step 1 instruction 20"), HasSubstr("earlier claim: step 0 instruction 10")));
+  }
+  {  // a claim of step 1 before workgroup 1 had made its claim of step 0
+    emu::DependencyChecker c(2, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 2);
+    c.claim(0, {1, 10, 1}, 1, 2);
+    EXPECT_THAT(test::error_of([&] { c.throw_if_violations(); }),
+                HasSubstr("a claim of step 1 came before all 2 claims of step 0 (1 made)"));
+  }
 }
 
 TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {

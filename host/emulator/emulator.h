@@ -24,6 +24,10 @@ struct EmulatorOptions {
   int context = 1024;
   int attention_splits = 0;  // 0: as build_schedule chooses
   int sync_domains = 1;      // ScheduleParams::sync_domains; workgroup w signals stripe w % D
+  // ScheduleParams' run-time tail claims (0: off).
+  double tail_fraction = 0;
+  int tail_spare = ScheduleParams{}.tail_spare;
+  uint32_t tail_ops = ScheduleParams{}.tail_ops;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)
