@@ -171,7 +171,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     fail("schedule: sync domains must be between 1 and 32, one warp's lanes (got {})", p.sync_domains);
   if (!(p.tail_fraction >= 0 && p.tail_fraction < 1))
     fail("schedule: the tail fraction must be in [0, 1) (got {})", p.tail_fraction);
-  if (p.tail_spare < 0 || p.tail_spare >= W)
+  if (p.tail_fraction > 0 && (p.tail_spare < 0 || p.tail_spare >= W))
     fail("schedule: the tail's spare workgroups must be in [0, {}) (got {})", W, p.tail_spare);
   const uint32_t claimable = (1u << uint32_t(Op::OProj)) | (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
   if ((p.tail_ops & ~claimable) != 0) fail("schedule: tail claims are built for o_proj, gate_up and down only");
