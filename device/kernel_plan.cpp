@@ -15,7 +15,11 @@ ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Sch
 
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
   size_t floats = 0;
-  for (const Instr& in : schedule.instrs) floats = std::max(floats, op_smem_floats(in, d));
+  for (Instr in : schedule.instrs) {
+    // A tail instruction runs one piece of its pool; the last is the largest (split_range).
+    if (is_tail_piece(in)) resolve_tail_piece(in, tail_pieces(in) - 1);
+    floats = std::max(floats, op_smem_floats(in, d));
+  }
   return floats * sizeof(float);
 }
 

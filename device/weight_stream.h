@@ -41,6 +41,12 @@ struct StreamState {
   uint32_t step, index, loaded, chunks_left, rows_left;
   const uint8_t* next_src[2];
   uint32_t rows_per_chunk, row_bytes, parts;
+  // Tail claims (runtime/schedule.h): the piece this workgroup's latest claim named, for the tail
+  // instruction at list index `claim_for` of step claim_step_plus1 - 1. Warp 1 writes them while the
+  // claiming block waits for its inputs (Machine::prestage), the piece first; the producer may look
+  // before they are written, so it checks the tag.
+  uint32_t claim_piece;
+  volatile uint32_t claim_for, claim_step_plus1;
 };
 
 // What one GEMV instruction streams: rows [begin, end) of `parts` matrices (gate_up: gate and up), each
@@ -156,6 +162,8 @@ struct WeightStream {
     st.index = list_begin;
     st.loaded = 0;
     st.chunks_left = 0;
+    st.claim_for = 0xffffffffu;
+    st.claim_step_plus1 = 0;
 #if MK_HAS_BULK_COPY
     for (uint32_t s = 0; s < p.stream_slots; ++s) {
       mbarrier_init(&st.full[s], 1);
@@ -165,32 +173,84 @@ struct WeightStream {
 #endif
   }
 
+  // Claiming block, warp 1's lane 0, before the block waits: claims a tail piece for the tail instruction
+  // that follows it (list index `index` + 1). Relaxed: the claim orders nothing; its value only has to
+  // be unique, and each step's claims follow the last's through the counters (runtime/schedule.h).
+  __device__ void claim(const Instr& in, uint32_t step, uint32_t index) {
+    const unsigned value = atomicAdd(p.counters + counter_word(claim_counter(in)), 1u);
+    st.claim_piece = claimed_piece(value, step, gridDim.x);
+    __threadfence_block();
+    st.claim_for = index + 1;
+    st.claim_step_plus1 = step + 1;
+  }
+  // The piece the latest claim named, if it was made for list index `index` at `step`.
+  __device__ bool claimed_for(uint32_t step, uint32_t index, uint32_t* piece) const {
+    if (st.claim_for != index || st.claim_step_plus1 != step + 1) return false;
+    __threadfence_block();
+    *piece = st.claim_piece;
+    return true;
+  }
+
+  // Producer: caches the shape of the instruction under the cursor, whose `chunks` chunks are next.
+  __device__ void load_cursor(const GemvShape& s, uint32_t chunks) {
+    st.chunks_left = chunks;
+    st.rows_left = s.rows();
+    st.rows_per_chunk = uint32_t(s.rows_per_chunk);
+    st.row_bytes = uint32_t(s.row_bytes);
+    st.parts = uint32_t(s.parts);
+    for (int part = 0; part < s.parts; ++part) st.next_src[part] = p.weights + s.matrix[part] + size_t(s.begin) * size_t(s.row_bytes);
+  }
+
+  // Producer, on a tail instruction: loads its piece's chunks (1), finds none left for this workgroup (0),
+  // or finds its claim not made yet (-1).
+  __device__ int settle_tail(const Instr& in) {
+    uint32_t piece;
+    if (!claimed_for(st.step, st.index, &piece)) return -1;
+    GemvShape s;
+    if (piece >= tail_pieces(in) || stream_chunks(p, in, st.step, &s) == 0) return 0;
+    s.begin = tail_piece_start(in, piece);
+    s.end = tail_piece_start(in, piece + 1);
+    load_cursor(s, s.chunks());
+    return 1;
+  }
+
   // Producer: puts the cursor on the next instruction with chunks left (the current one first, if not yet
-  // loaded) and caches its shape; false when the launch's steps are exhausted.
+  // loaded) and caches its shape; false when the launch's steps are exhausted, or when the cursor is on a
+  // tail instruction whose claim is not made yet (it stays there, unloaded, until it is). kTails: false
+  // (the top-up before a wait) leaves tail instructions to the GEMV's own production, which is cheaper
+  // in registers: settling them there too made the profiling kernels spill.
+  template <bool kTails>
   __device__ bool settle_cursor() {
     while (st.chunks_left == 0) {
       if (st.loaded) {
         if (++st.index >= list_end) st.index = list_begin, ++st.step;
       }
       if (st.step >= uint32_t(p.max_steps)) return false;
+      const Instr& in = p.instrs[st.index];
+      if (is_tail_piece(in)) {
+        if (!kTails) {
+          st.loaded = 0;
+          return false;
+        }
+        const int settled = settle_tail(in);
+        st.loaded = settled >= 0;
+        if (settled < 0) return false;
+        continue;
+      }
       st.loaded = 1;
       GemvShape s;
-      st.chunks_left = stream_chunks(p, p.instrs[st.index], st.step, &s);
-      if (st.chunks_left == 0) continue;
-      st.rows_left = s.rows();
-      st.rows_per_chunk = uint32_t(s.rows_per_chunk);
-      st.row_bytes = uint32_t(s.row_bytes);
-      st.parts = uint32_t(s.parts);
-      for (int part = 0; part < s.parts; ++part) st.next_src[part] = p.weights + s.matrix[part] + size_t(s.begin) * size_t(s.row_bytes);
+      const uint32_t chunks = stream_chunks(p, in, st.step, &s);
+      if (chunks > 0) load_cursor(s, chunks);
     }
     return true;
   }
 
   // Producer: issues the next chunk if it belongs to an instruction at most `lookahead` instructions after
-  // (step, index) and (unless `blocking`) its slot is free. True if a chunk was issued.
-  __device__ bool issue_one(uint32_t step, uint32_t index, uint32_t lookahead, bool blocking) {
+  // (step, index) and (unless kBlocking) its slot is free. True if a chunk was issued.
+  template <bool kBlocking>
+  __device__ bool issue_one(uint32_t step, uint32_t index, uint32_t lookahead) {
 #if MK_HAS_BULK_COPY
-    if (!settle_cursor()) return false;
+    if (!settle_cursor<kBlocking>()) return false;
     const uint32_t len = list_end - list_begin;
     const uint64_t at = uint64_t(step) * len + (index - list_begin);
     const uint64_t cursor = uint64_t(st.step) * len + (st.index - list_begin);
@@ -198,8 +258,11 @@ struct WeightStream {
     const uint32_t seq = st.issued, slot = slot_of(seq);
     volatile int* pending = st.pending;
     if (seq >= p.stream_slots && pending[slot] != 0) {
-      if (!blocking) return false;
-      while (pending[slot] != 0) __nanosleep(20);
+      if constexpr (!kBlocking) {
+        return false;
+      } else {
+        while (pending[slot] != 0) __nanosleep(20);
+      }
     }
     const uint32_t rows = min(st.rows_per_chunk, st.rows_left);
     const uint32_t part_bytes = rows * st.row_bytes;
@@ -217,7 +280,7 @@ struct WeightStream {
     st.issued = seq + 1;
     return true;
 #else
-    (void)step, (void)index, (void)lookahead, (void)blocking;
+    (void)step, (void)index, (void)lookahead;
     return false;
 #endif
   }
@@ -226,13 +289,13 @@ struct WeightStream {
   // up to `lookahead` instructions after it) into free slots, without waiting, until `cap` chunks are in
   // flight. All earlier instructions are done, so what is in flight is `issued - base`.
   __device__ void top_up(uint32_t step, uint32_t index, uint32_t lookahead, uint32_t cap) {
-    while (st.issued - st.base < cap && issue_one(step, index, lookahead, false)) {
+    while (st.issued - st.base < cap && issue_one<false>(step, index, lookahead)) {
     }
   }
 
   // Producer, during a GEMV instruction: issues the rest of its chunks, waiting for free slots.
   __device__ void produce(uint32_t step, uint32_t index) {
-    while (issue_one(step, index, 0, true)) {
+    while (issue_one<true>(step, index, 0)) {
     }
   }
 

@@ -159,14 +159,16 @@ MK_HD_INLINE uint32_t tail_pieces(const Instr& in) { return in.aux & kAuxValue; 
 // for, come after its claims). So the counter stands at step * workgroups when step s's claims begin, and
 // a claim that returned `value` names this piece (>= tail_pieces: none is left).
 MK_HD_INLINE uint32_t claimed_piece(uint32_t value, uint32_t step, uint32_t workgroups) { return value - step * workgroups; }
-// Turns a tail instruction into the instruction that runs piece `piece` (its rows: the pool [begin, end)
-// cut into tail_pieces parts as split_range cuts it); false when `piece` is none.
+// Piece k of a tail instruction covers rows [tail_piece_start(in, k), tail_piece_start(in, k + 1)): its
+// pool [begin, end) cut into tail_pieces parts as split_range cuts it.
+MK_HD_INLINE uint32_t tail_piece_start(const Instr& in, uint32_t k) {
+  return in.begin + uint32_t(uint64_t(in.end - in.begin) * k / tail_pieces(in));
+}
+// Turns a tail instruction into the instruction that runs piece `piece`; false when `piece` is none.
 MK_HD_INLINE bool resolve_tail_piece(Instr& in, uint32_t piece) {
-  const uint32_t pieces = tail_pieces(in), rows = in.end - in.begin;
-  if (piece >= pieces) return false;
-  const uint32_t b = in.begin;
-  in.begin = b + uint32_t(uint64_t(rows) * piece / pieces);
-  in.end = b + uint32_t(uint64_t(rows) * (piece + 1) / pieces);
+  if (piece >= tail_pieces(in)) return false;
+  const uint32_t b = tail_piece_start(in, piece), e = tail_piece_start(in, piece + 1);
+  in.begin = b, in.end = e;
   return true;
 }
 
