@@ -85,7 +85,6 @@ void print_trace(const DepthResult& r, const mk::Schedule& s, int step) {
   for (const Stage& st : stages) {
     std::vector<double> ready, work, prologue, done;
     for (size_t i : st.items) {
-      if (t[i].done == 0) continue;  // a tail instruction that found no piece: it did nothing
       ready.push_back(t[i].ready);
       work.push_back(t[i].done - t[i].ready);
       if (t[i].prologue_end > 0) prologue.push_back(t[i].prologue_end - t[i].ready);
@@ -187,15 +186,15 @@ int run(int argc, char** argv) {
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
                  "w % N; 'probe' = the probed GPC/XCD map, fragments under 8 units merged")
       ->capture_default_str();
-  double tail_fraction = mk::GpuOptions{}.tail_fraction;
-  int tail_spare = mk::GpuOptions{}.tail_spare;
+  int tail_shrink = mk::GpuOptions{}.tail_shrink, tail_late = mk::GpuOptions{}.tail_late;
   std::string tail_ops = "gate_up,down";
-  app.add_option("--tail-claims", tail_fraction,
-                 "fraction of the rows of the --tail-ops stages that workgroups claim at run time, in arrival order (0: off)")
+  app.add_option("--tail-shrink", tail_shrink,
+                 "claimed rows in the --tail-ops stages: workgroups take ranks in arrival order, and the last --tail-late ranks get "
+                 "this percent fewer rows than an even share (0: static rows)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.95));
-  app.add_option("--tail-spare", tail_spare, "workgroups fewer than the tail pieces of a stage")->capture_default_str();
-  app.add_option("--tail-ops", tail_ops, "stages with tail claims, comma-separated (of o_proj, gate_up, down)")->capture_default_str();
+      ->check(CLI::Range(0, 100));
+  app.add_option("--tail-late", tail_late, "ranks with fewer rows in a stage with claimed rows")->capture_default_str();
+  app.add_option("--tail-ops", tail_ops, "stages with claimed rows, comma-separated (of o_proj, gate_up, down)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   uint32_t tail_mask = 0;
   for (size_t at = 0; at <= tail_ops.size();) {
@@ -252,8 +251,8 @@ int run(int argc, char** argv) {
     }
   }
   opt.stage_barriers = stage_barriers;
-  opt.tail_fraction = tail_fraction;
-  opt.tail_spare = tail_spare;
+  opt.tail_shrink = tail_shrink;
+  opt.tail_late = tail_late;
   opt.tail_ops = tail_mask;
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();

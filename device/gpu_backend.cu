@@ -134,8 +134,8 @@ class MonokernelBackend final : public GpuBackend {
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
     ScheduleParams sp{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains};
-    sp.tail_fraction = opt.tail_fraction;
-    sp.tail_spare = opt.tail_spare;
+    sp.tail_shrink = opt.tail_shrink;
+    sp.tail_late = opt.tail_late;
     sp.tail_ops = opt.tail_ops;
     schedule_ = build_schedule(cfg_, sp);
     const bool grouped = schedule_.sync_domains > 1;
@@ -243,9 +243,9 @@ class MonokernelBackend final : public GpuBackend {
            tail_description();
   }
   std::string tail_description() const {
-    const auto tail = std::find_if(schedule_.instrs.begin(), schedule_.instrs.end(), [](const Instr& in) { return is_tail_piece(in); });
-    if (tail == schedule_.instrs.end()) return "";
-    return fmt::format(", tail claims: {}% of the rows in {} pieces", opt_.tail_fraction * 100, tail_pieces(*tail));
+    const auto claimed = std::find_if(schedule_.instrs.begin(), schedule_.instrs.end(), [](const Instr& in) { return claims_rows(in); });
+    if (claimed == schedule_.instrs.end()) return "";
+    return fmt::format(", claimed rows: the last {} ranks {}% fewer", claim_late(*claimed), claim_shrink(*claimed));
   }
   std::string sync_description() const {
     if (schedule_.sync_domains <= 1) return "flat counters";

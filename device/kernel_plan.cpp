@@ -16,8 +16,8 @@ ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Sch
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
   size_t floats = 0;
   for (Instr in : schedule.instrs) {
-    // A tail instruction runs one piece of its pool; the last is the largest (split_range).
-    if (is_tail_piece(in)) resolve_tail_piece(in, tail_pieces(in) - 1);
+    // A block with claimed rows runs one rank's; the first ranks' are the largest.
+    if (claims_rows(in)) resolve_claimed_rows(in, 0, uint32_t(schedule.num_workgroups));
     floats = std::max(floats, op_smem_floats(in, d));
   }
   return floats * sizeof(float);

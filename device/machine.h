@@ -155,19 +155,8 @@ struct Machine {
     __syncthreads();
   }
 
-  // A tail piece's prologue (o_proj, down): its activation vector is the claiming block's, still in
-  // shared memory (nothing runs between them); only the residual rows it adds to are its own.
-  __device__ void residual_rows_only(const Instr& in) {
-    store_residual(in, fetch_residual(in));
-    __syncthreads();
-  }
-
-  // Before instruction `at` of the list waits for its inputs (all threads): its op's loads that do not
-  // depend on them, and a claiming block's claim (warp 1, so that thread 0 goes straight on to the weights and the wait).
-  // A tail piece's inputs and staged weights are its claiming block's, still in place.
-  __device__ void prestage(const Instr& in, uint32_t at) {
-    if (is_tail_piece(in)) return;
-    if (claims_tail_piece(in) && threadIdx.x == MK_WARP_SIZE) ws.claim(in, step, at);
+  // Before the instruction waits for its inputs (all threads): its op's loads that do not depend on them.
+  __device__ void prestage(const Instr& in) {
     switch (in.op) {
 #define MK_OP_PRESTAGE(E, name) \
   case Op::E: return E##Op::prestage(*this, in);

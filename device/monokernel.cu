@@ -110,12 +110,11 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
     bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
       if (threadIdx.x == 0 && kProfile) wait_began = global_timer_ns(), profile_prologue_end = 0;
-      m.prestage(p.instrs[i], i);  // all threads: loads that do not depend on this step's inputs
+      m.prestage(p.instrs[i]);  // all threads: loads that do not depend on this step's inputs
       if (threadIdx.x == 0) {
         current = p.instrs[i];
-        // A tail instruction runs the piece its claiming block (just before it) claimed, or nothing.
-        // Its claim was written before that block's barrier.
-        if (is_tail_piece(current) && !resolve_tail_piece(current, stream_state.claim_piece)) current.begin = current.end = 0;
+        // A block with claimed rows takes its rank before waiting: its rows decide the weights to stream.
+        if (claims_rows(current)) ws.claim_rows(current, step, i);
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
         if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         if constexpr (!kGrouped) {
@@ -142,12 +141,6 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
         wait_async_copies();  // the prestage's copies land before the workgroup's shared memory is gone
         abandoned = true;
         break;
-      }
-      // No piece left for it: no work, no signal. (Read from shared memory: `in`'s fields, kept in
-      // registers past here, made the profiling kernels spill.)
-      if (is_tail_piece(current) && current.begin == current.end) {
-        __syncthreads();  // every thread has read `current` before thread 0 rewrites it
-        continue;
       }
       m.index = i;
       m.execute(in);

@@ -41,12 +41,9 @@ struct StreamState {
   uint32_t step, index, loaded, chunks_left, rows_left;
   const uint8_t* next_src[2];
   uint32_t rows_per_chunk, row_bytes, parts;
-  // Tail claims (runtime/schedule.h): the piece this workgroup's latest claim named, for the tail
-  // instruction at list index `claim_for` of step claim_step_plus1 - 1. Warp 1 writes them while the
-  // claiming block waits for its inputs (Machine::prestage), the piece first; the producer may look
-  // before they are written, so it checks the tag.
-  uint32_t claim_piece;
-  volatile uint32_t claim_for, claim_step_plus1;
+  // Claimed rows (runtime/schedule.h): the rows of this workgroup's latest claim, made by thread 0 for
+  // list index `claim_for` at step claim_step_plus1 - 1 (the producer may reach that instruction before).
+  uint32_t claim_begin, claim_end, claim_for, claim_step_plus1;
 };
 
 // What one GEMV instruction streams: rows [begin, end) of `parts` matrices (gate_up: gate and up), each
@@ -173,22 +170,16 @@ struct WeightStream {
 #endif
   }
 
-  // Claiming block, warp 1's lane 0, before the block waits: claims a tail piece for the tail instruction
-  // that follows it (list index `index` + 1). Relaxed: the claim orders nothing; its value only has to
-  // be unique, and each step's claims follow the last's through the counters (runtime/schedule.h).
-  __device__ void claim(const Instr& in, uint32_t step, uint32_t index) {
+  // Thread 0, before instruction `index` of the list waits for its inputs: takes its rank (relaxed: the
+  // claim orders nothing, its value only has to be unique, and each step's claims follow the last's
+  // through the counters) and turns `in` into the block of that rank.
+  __device__ void claim_rows(Instr& in, uint32_t step, uint32_t index) {
     const unsigned value = atomicAdd(p.counters + counter_word(claim_counter(in)), 1u);
-    st.claim_piece = claimed_piece(value, step, gridDim.x);
-    __threadfence_block();
-    st.claim_for = index + 1;
+    resolve_claimed_rows(in, claimed_rank(value, step, gridDim.x), gridDim.x);
+    st.claim_begin = in.begin;
+    st.claim_end = in.end;
+    st.claim_for = index;
     st.claim_step_plus1 = step + 1;
-  }
-  // The piece the latest claim named, if it was made for list index `index` at `step`.
-  __device__ bool claimed_for(uint32_t step, uint32_t index, uint32_t* piece) const {
-    if (st.claim_for != index || st.claim_step_plus1 != step + 1) return false;
-    __threadfence_block();
-    *piece = st.claim_piece;
-    return true;
   }
 
   // Producer: caches the shape of the instruction under the cursor, whose `chunks` chunks are next.
@@ -201,25 +192,9 @@ struct WeightStream {
     for (int part = 0; part < s.parts; ++part) st.next_src[part] = p.weights + s.matrix[part] + size_t(s.begin) * size_t(s.row_bytes);
   }
 
-  // Producer, on a tail instruction: loads its piece's chunks (1), finds none left for this workgroup (0),
-  // or finds its claim not made yet (-1).
-  __device__ int settle_tail(const Instr& in) {
-    uint32_t piece;
-    if (!claimed_for(st.step, st.index, &piece)) return -1;
-    GemvShape s;
-    if (piece >= tail_pieces(in) || stream_chunks(p, in, st.step, &s) == 0) return 0;
-    s.begin = tail_piece_start(in, piece);
-    s.end = tail_piece_start(in, piece + 1);
-    load_cursor(s, s.chunks());
-    return 1;
-  }
-
   // Producer: puts the cursor on the next instruction with chunks left (the current one first, if not yet
   // loaded) and caches its shape; false when the launch's steps are exhausted, or when the cursor is on a
-  // tail instruction whose claim is not made yet (it stays there, unloaded, until it is). kTails: false
-  // (the top-up before a wait) leaves tail instructions to the GEMV's own production, which is cheaper
-  // in registers: settling them there too made the profiling kernels spill.
-  template <bool kTails>
+  // block with claimed rows that has not claimed yet (it stays there, unloaded, until it has).
   __device__ bool settle_cursor() {
     while (st.chunks_left == 0) {
       if (st.loaded) {
@@ -227,19 +202,18 @@ struct WeightStream {
       }
       if (st.step >= uint32_t(p.max_steps)) return false;
       const Instr& in = p.instrs[st.index];
-      if (is_tail_piece(in)) {
-        if (!kTails) {
+      GemvShape s;
+      uint32_t chunks = stream_chunks(p, in, st.step, &s);
+      if (claims_rows(in)) {
+        if (st.claim_for != st.index || st.claim_step_plus1 != st.step + 1) {
           st.loaded = 0;
           return false;
         }
-        const int settled = settle_tail(in);
-        st.loaded = settled >= 0;
-        if (settled < 0) return false;
-        continue;
+        s.begin = st.claim_begin;
+        s.end = st.claim_end;
+        if (chunks > 0) chunks = s.chunks();
       }
       st.loaded = 1;
-      GemvShape s;
-      const uint32_t chunks = stream_chunks(p, in, st.step, &s);
       if (chunks > 0) load_cursor(s, chunks);
     }
     return true;
@@ -250,7 +224,7 @@ struct WeightStream {
   template <bool kBlocking>
   __device__ bool issue_one(uint32_t step, uint32_t index, uint32_t lookahead) {
 #if MK_HAS_BULK_COPY
-    if (!settle_cursor<kBlocking>()) return false;
+    if (!settle_cursor()) return false;
     const uint32_t len = list_end - list_begin;
     const uint64_t at = uint64_t(step) * len + (index - list_begin);
     const uint64_t cursor = uint64_t(st.step) * len + (st.index - list_begin);

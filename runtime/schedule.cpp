@@ -35,7 +35,7 @@ std::string Schedule::describe(const Instr& in) const {
     case Op::Embed:
     case Op::Sample: return where;
     default:
-      if (is_tail_piece(in)) return fmt::format("{} tail piece (of {} over rows [{}, {}))", where, tail_pieces(in), in.begin, in.end);
+      if (claims_rows(in)) return fmt::format("{} claimed rows (a rank's share of [{}, {}))", where, in.begin, in.end);
       return fmt::format("{} rows [{}, {})", where, in.begin, in.end);
   }
 }
@@ -86,26 +86,6 @@ class Builder {
     }
   }
 
-  // A stage with tail claims: one static block per workgroup (in the same rotation as stage()), each
-  // followed on its workgroup by a copy of `tail`, the instruction that runs the piece the block claimed.
-  // The tails come after every static block in the canonical order.
-  void stage_with_tails(std::vector<Instr> items, const Instr& tail) {
-    if (items.size() != lists_.size()) fail("schedule: a stage with tail claims needs one static block per workgroup");
-    const uint32_t first = seq_;
-    seq_ += uint32_t(items.size());
-    for (size_t k = 0; k < items.size(); ++k) {
-      Instr& in = items[k];
-      in.seq = first + uint32_t(k);
-      auto& list = lists_[rotation_ % lists_.size()];
-      list.push_back(in);
-      Instr t = tail;
-      t.seq = seq_ + uint32_t(k);
-      list.push_back(t);
-      ++rotation_;
-    }
-    seq_ += uint32_t(items.size());
-  }
-
   // Puts an instruction on a given workgroup (Embed/Sample live on workgroup 0).
   void pinned(Instr in, int wg) {
     in.seq = seq_++;
@@ -131,7 +111,7 @@ class Builder {
     for (uint32_t c : striped) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
     for (Instr& in : s.instrs) {
       in.signal = renumber[in.signal];
-      if (claims_tail_piece(in)) in.aux = kAuxClaims | renumber[claim_counter(in)];
+      if (claims_rows(in)) in.aux = claims_aux(renumber[claim_counter(in)], claim_late(in), claim_shrink(in));
       for (int w = 0; w < in.num_waits; ++w) in.waits[w].counter = renumber[in.waits[w].counter];
     }
     s.sample_counter = renumber[s.sample_counter];
@@ -169,12 +149,11 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   if (W < 1) fail("schedule: need at least one workgroup (got {})", W);
   if (p.sync_domains < 1 || p.sync_domains > 32)
     fail("schedule: sync domains must be between 1 and 32, one warp's lanes (got {})", p.sync_domains);
-  if (!(p.tail_fraction >= 0 && p.tail_fraction < 1))
-    fail("schedule: the tail fraction must be in [0, 1) (got {})", p.tail_fraction);
-  if (p.tail_fraction > 0 && (p.tail_spare < 0 || p.tail_spare >= W))
-    fail("schedule: the tail's spare workgroups must be in [0, {}) (got {})", W, p.tail_spare);
+  if (p.tail_shrink < 0 || p.tail_shrink > 100) fail("schedule: the tail shrink must be a percentage, 0 to 100 (got {})", p.tail_shrink);
+  if (p.tail_shrink > 0 && (p.tail_late < 1 || p.tail_late >= W || p.tail_late > 255))
+    fail("schedule: the late ranks of claimed rows must be in [1, {}) (got {})", std::min(W, 256), p.tail_late);
   const uint32_t claimable = (1u << uint32_t(Op::OProj)) | (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
-  if ((p.tail_ops & ~claimable) != 0) fail("schedule: tail claims are built for o_proj, gate_up and down only");
+  if ((p.tail_ops & ~claimable) != 0) fail("schedule: claimed rows are built for o_proj, gate_up and down only");
   if (c.num_layers > 65535) fail("schedule: {} layers is more than the 65535 an instruction can name", c.num_layers);
   Schedule s;
   s.num_workgroups = W;
@@ -236,32 +215,30 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     b.stage(std::move(items));
     const uint32_t attention_items = uint32_t(groups * s.attention_splits);
 
-    // Returns how many signals the stage gives per step.
     auto row_stage = [&](Op op, uint32_t rows, uint32_t signal, uint32_t wait_counter, uint32_t wait_count) {
-      const uint32_t pieces = uint32_t(W - p.tail_spare);
-      const uint32_t pool = uint32_t(double(rows) * p.tail_fraction);
-      // Tails only where every workgroup keeps a static block (so that every one claims once a step) and
-      // every piece has a row.
-      const bool tails = (p.tail_ops >> uint32_t(op) & 1u) != 0 && pool >= pieces && rows - pool >= uint32_t(W);
-      const uint32_t fixed = tails ? rows - pool : rows;
+      // Claimed rows where every rank gets at least one row.
+      const bool claimed = p.tail_shrink > 0 && (p.tail_ops >> uint32_t(op) & 1u) != 0 &&
+                           uint64_t(rows) * uint64_t(100 - p.tail_shrink) >= 100ull * uint64_t(W);
       std::vector<Instr> v;
-      const uint32_t claims = tails ? b.counter(fmt::format("layer {} {} claims", l, op_name(op))) : 0;
-      for (auto [r0, r1] : split_range(fixed, uint32_t(W))) {
-        Instr in = make(op, l, r0, r1, signal);
-        add_wait(in, wait_counter, wait_count);
-        if (tails) in.aux = kAuxClaims | claims;
-        v.push_back(in);
+      if (claimed) {
+        const uint32_t claims = b.counter(fmt::format("layer {} {} claims", l, op_name(op)));
+        if (claims > 0xffffu) fail("schedule: {} counters is more than claimed rows can name", claims + 1);
+        for (int w = 0; w < W; ++w) {
+          Instr in = make(op, l, 0, rows, signal);
+          add_wait(in, wait_counter, wait_count);
+          in.aux = claims_aux(claims, uint32_t(p.tail_late), uint32_t(p.tail_shrink));
+          v.push_back(in);
+        }
+      } else {
+        for (auto [r0, r1] : split_range(rows, uint32_t(W))) {
+          Instr in = make(op, l, r0, r1, signal);
+          add_wait(in, wait_counter, wait_count);
+          v.push_back(in);
+        }
       }
       const uint32_t n = uint32_t(v.size());
-      if (!tails) {
-        b.stage(std::move(v));
-        return n;
-      }
-      // No wait: the workgroup's static block, just before it, waited for the same inputs.
-      Instr tail = make(op, l, fixed, rows, signal);
-      tail.aux = kAuxTailPiece | pieces;
-      b.stage_with_tails(std::move(v), tail);
-      return n + pieces;
+      b.stage(std::move(v));
+      return n;
     };
     const uint32_t oproj_items = row_stage(Op::OProj, uint32_t(c.hidden_size), L.oproj, L.attention, attention_items);
     const uint32_t gateup_items = row_stage(Op::GateUp, uint32_t(c.intermediate_size), L.gateup, L.oproj, oproj_items);

@@ -55,9 +55,9 @@ struct Instr {
   uint8_t num_waits = 0;
   uint16_t layer = 0;
   uint32_t begin = 0, end = 0;  // output rows [begin, end); Attention: begin = kv group, end = split
-  // LMHead: its partial-argmax slot. A row stage with tail claims (ScheduleParams::tail_fraction): its
-  // static blocks carry kAuxClaims | the claim counter, its tail instructions kAuxTailPiece | the number of
-  // pieces (accessors below).
+  // LMHead: its partial-argmax slot. A block of a stage with claimed rows (ScheduleParams::tail_shrink):
+  // kAuxClaims, its claim counter and how the ranks' rows are cut (accessors below); its [begin, end) is
+  // then the whole stage's, of which it runs the range its claim names.
   uint32_t aux = 0;
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
@@ -75,15 +75,13 @@ struct ScheduleParams {
   // stage) get D stripes. Which workgroup is in which domain is decided where it runs (the GPU: the
   // topology probe's map of its SM; the emulator: workgroup % D); any assignment is correct.
   int sync_domains = 1;
-  // Run-time tail claims (issue 13, item 5). In the row stages named by tail_ops (a mask of 1 << Op), the
-  // last tail_fraction of the rows is not given to any workgroup in advance: it is cut into
-  // workgroups - tail_spare pieces, and each workgroup, when it reaches the stage (before waiting for its
-  // inputs), claims one with an atomic add; the pieces go in arrival order, so the workgroups that come
-  // last, still busy with the previous stage, find none left and do only their static rows. Each
-  // workgroup then has, after its static block, a tail instruction that runs its piece (or nothing, and
-  // signals nothing). A row's value does not depend on who computes it. 0: off.
-  double tail_fraction = 0;
-  int tail_spare = 8;
+  // Claimed rows (issue 13, item 5): in the row stages named by tail_ops (a mask of 1 << Op), a workgroup
+  // reaching the stage claims a rank with an atomic add, before waiting for its inputs, and runs the rows
+  // of that rank. Ranks go in arrival order; the last tail_late ranks get tail_shrink percent fewer rows
+  // than an even share, the others share the rest evenly. So the workgroups that arrive last, still busy
+  // with the previous stage, get less to do. A row's value does not depend on who computes it. 0: off.
+  int tail_shrink = 0;
+  int tail_late = 8;
   uint32_t tail_ops = (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
 };
 
@@ -147,29 +145,36 @@ MK_HD_INLINE void attention_split_range(int n, int S, int split, int* p0, int* p
   if (*p1 < *p0) *p1 = *p0;
 }
 
-// Tail claims (ScheduleParams::tail_fraction). Instr::aux of a static block that claims a piece when it
-// starts, and of the tail instruction that runs it; the rest of aux is the claim counter or the piece count.
-inline constexpr uint32_t kAuxClaims = 1u << 31, kAuxTailPiece = 1u << 30, kAuxValue = kAuxTailPiece - 1;
-MK_HD_INLINE bool claims_tail_piece(const Instr& in) { return (in.aux & kAuxClaims) != 0; }
-MK_HD_INLINE bool is_tail_piece(const Instr& in) { return (in.aux & kAuxTailPiece) != 0; }
-MK_HD_INLINE uint32_t claim_counter(const Instr& in) { return in.aux & kAuxValue; }
-MK_HD_INLINE uint32_t tail_pieces(const Instr& in) { return in.aux & kAuxValue; }
-// Every workgroup claims exactly once per step in each stage with tail claims, and every claim of step s
-// happens before any of step s + 1 (each workgroup's static blocks of step s, which the next step waits
-// for, come after its claims). So the counter stands at step * workgroups when step s's claims begin, and
-// a claim that returned `value` names this piece (>= tail_pieces: none is left).
-MK_HD_INLINE uint32_t claimed_piece(uint32_t value, uint32_t step, uint32_t workgroups) { return value - step * workgroups; }
-// Piece k of a tail instruction covers rows [tail_piece_start(in, k), tail_piece_start(in, k + 1)): its
-// pool [begin, end) cut into tail_pieces parts as split_range cuts it.
-MK_HD_INLINE uint32_t tail_piece_start(const Instr& in, uint32_t k) {
-  return in.begin + uint32_t(uint64_t(in.end - in.begin) * k / tail_pieces(in));
+// Claimed rows (ScheduleParams::tail_shrink). Instr::aux of a block that claims its rows: kAuxClaims | the
+// shrink percent (7 bits) | the late ranks (8 bits) | the claim counter (16 bits).
+inline constexpr uint32_t kAuxClaims = 1u << 31;
+MK_HD_INLINE bool claims_rows(const Instr& in) { return (in.aux & kAuxClaims) != 0; }
+MK_HD_INLINE uint32_t claim_counter(const Instr& in) { return in.aux & 0xffffu; }
+MK_HD_INLINE uint32_t claim_late(const Instr& in) { return (in.aux >> 16) & 0xffu; }
+MK_HD_INLINE uint32_t claim_shrink(const Instr& in) { return (in.aux >> 24) & 0x7fu; }
+MK_HD_INLINE uint32_t claims_aux(uint32_t counter, uint32_t late, uint32_t shrink) {
+  return kAuxClaims | shrink << 24 | late << 16 | counter;
 }
-// Turns a tail instruction into the instruction that runs piece `piece`; false when `piece` is none.
-MK_HD_INLINE bool resolve_tail_piece(Instr& in, uint32_t piece) {
-  if (piece >= tail_pieces(in)) return false;
-  const uint32_t b = tail_piece_start(in, piece), e = tail_piece_start(in, piece + 1);
-  in.begin = b, in.end = e;
-  return true;
+// Every workgroup claims exactly once per step in each stage with claimed rows, and every claim of step s
+// happens before any of step s + 1 (each workgroup's blocks of step s, which the next step waits for,
+// come after its claims). So the counter stands at step * workgroups when step s's claims begin, and a
+// claim that returned `value` holds this rank (0: the first to arrive).
+MK_HD_INLINE uint32_t claimed_rank(uint32_t value, uint32_t step, uint32_t workgroups) { return value - step * workgroups; }
+// Turns a claiming block into the block of rank `rank` of `workgroups`: the last claim_late ranks get
+// (100 - claim_shrink)% of an even share of the stage's rows, the others split the rest as split_range
+// does. (A rank past the last, which the claims' order rules out, gets no rows.)
+MK_HD_INLINE void resolve_claimed_rows(Instr& in, uint32_t rank, uint32_t workgroups) {
+  const uint32_t rows = in.end - in.begin, late = claim_late(in), lead = workgroups - late;
+  const uint32_t small = uint32_t(uint64_t(rows) * (100u - claim_shrink(in)) / (100ull * workgroups));
+  const uint32_t lead_rows = rows - late * small, b = in.begin;
+  if (rank < lead) {
+    in.begin = b + uint32_t(uint64_t(lead_rows) * rank / lead);
+    in.end = b + uint32_t(uint64_t(lead_rows) * (rank + 1) / lead);
+  } else {
+    const uint32_t r = rank < workgroups ? rank - lead : late;
+    in.begin = b + lead_rows + r * small;
+    in.end = rank < workgroups ? in.begin + small : in.begin;
+  }
 }
 
 // Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.

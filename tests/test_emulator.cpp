@@ -244,124 +244,120 @@ TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
   }
 }
 
-// Run-time tail claims (issue 13, item 5): each stage with claims gives every workgroup one static block,
-// right after it that workgroup's tail instruction, and cuts the last rows into workgroups - spare pieces;
-// the static rows and the pool cover the stage once, and the next stage waits for blocks and pieces.
-TEST(Schedule, TailClaimsGiveEveryWorkgroupOneClaimPerStageAndCoverTheRowsOnce) {
+// Claimed rows (issue 13, item 5): each stage with claims gives every workgroup one block spanning the
+// stage, whose rows come from the rank it claims; the ranks cover the stage once, the last ones with
+// fewer rows, and the consumers wait for one signal per workgroup as before.
+TEST(Schedule, ClaimedRowsGiveEveryWorkgroupOneClaimPerStageAndTheRanksCoverTheRowsOnce) {
   const ModelConfig c = preset_config("llama-3.2-1b");
   ScheduleParams p{132, 0};
-  p.tail_fraction = 0.1;
-  p.tail_spare = 8;
+  p.tail_shrink = 30;
+  p.tail_late = 8;
   const Schedule s = build_schedule(c, p);
   const Schedule plain = build_schedule(c, ScheduleParams{132, 0});
   EXPECT_EQ(s.num_counters(), plain.num_counters() + 2u * uint32_t(c.num_layers));  // a claim counter per stage
+  ASSERT_EQ(s.instrs.size(), plain.instrs.size());
   for (Op op : {Op::GateUp, Op::Down}) {
     const uint32_t rows = uint32_t(op == Op::GateUp ? c.intermediate_size : c.hidden_size);
-    const uint32_t pool = uint32_t(double(rows) * 0.1);
-    std::vector<int> covered(rows, 0);
-    uint32_t claim = 0;
+    Instr block;
     for (int w = 0; w < 132; ++w) {
       int blocks = 0;
       for (uint32_t i = s.wg_begin[size_t(w)]; i < s.wg_begin[size_t(w) + 1]; ++i) {
         const Instr& in = s.instrs[i];
         if (in.op != op || in.layer != 3) continue;
-        if (is_tail_piece(in)) continue;
         ++blocks;
-        ASSERT_TRUE(claims_tail_piece(in));
+        ASSERT_TRUE(claims_rows(in));
+        EXPECT_EQ(in.begin, 0u);
+        EXPECT_EQ(in.end, rows);
+        EXPECT_EQ(claim_late(in), 8u);
+        EXPECT_EQ(claim_shrink(in), 30u);
         ASSERT_LT(claim_counter(in), s.first_striped_counter);  // flat: one line
-        if (w == 0) claim = claim_counter(in);
-        EXPECT_EQ(claim_counter(in), claim) << "one claim counter per stage";
         EXPECT_EQ(s.counter_names[claim_counter(in)], fmt::format("layer 3 {} claims", op_name(op)));
-        for (uint32_t r = in.begin; r < in.end; ++r) ++covered[r];
-        const Instr& tail = s.instrs[i + 1];  // the block's own tail instruction follows it
-        ASSERT_TRUE(is_tail_piece(tail));
-        ASSERT_EQ(tail.op, op);
-        EXPECT_EQ(tail.num_waits, 0);
-        EXPECT_EQ(tail_pieces(tail), 124u);
-        EXPECT_EQ(tail.begin, rows - pool);
-        EXPECT_EQ(tail.end, rows);
-        EXPECT_EQ(tail.signal, in.signal);
-        EXPECT_GT(tail.seq, in.seq);
+        if (blocks == 1 && w > 0) {
+          EXPECT_EQ(claim_counter(in), claim_counter(block)) << "one claim counter per stage";
+        }
+        block = in;
       }
       EXPECT_EQ(blocks, 1) << op_name(op) << ", workgroup " << w;
     }
-    Instr tail;
-    for (const Instr& in : s.instrs)
-      if (in.op == op && in.layer == 3 && is_tail_piece(in)) tail = in;
-    for (uint32_t k = 0; k < tail_pieces(tail); ++k) {
-      Instr piece = tail;
-      ASSERT_TRUE(resolve_tail_piece(piece, k));
-      EXPECT_LT(piece.begin, piece.end);
-      for (uint32_t r = piece.begin; r < piece.end; ++r) ++covered[r];
+    std::vector<int> covered(rows, 0);
+    const double share = double(rows) / 132;
+    for (uint32_t rank = 0; rank < 132; ++rank) {
+      Instr r = block;
+      resolve_claimed_rows(r, rank, 132);
+      ASSERT_LT(r.begin, r.end) << "rank " << rank;
+      for (uint32_t row = r.begin; row < r.end; ++row) ++covered[row];
+      const double n = r.end - r.begin;
+      if (rank < 124) {
+        EXPECT_GE(n, std::floor(share)) << "rank " << rank;
+      } else {
+        EXPECT_EQ(n, std::floor(rows * 0.7 / 132)) << "rank " << rank;
+      }
     }
-    Instr none = tail;
-    EXPECT_FALSE(resolve_tail_piece(none, tail_pieces(tail)));
     EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), std::ptrdiff_t(rows)) << op_name(op);
+    Instr past = block;
+    resolve_claimed_rows(past, 132, 132);
+    EXPECT_EQ(past.begin, past.end) << "a rank past the last gets no rows";
   }
-  // The consumers wait for 132 blocks and 124 pieces; the stages without claims are as before.
   for (size_t i = 0; i < s.instrs.size(); ++i) {
-    const Instr& in = s.instrs[i];
-    if (in.layer == 3 && in.op == Op::Down && !is_tail_piece(in)) {
-      EXPECT_EQ(in.waits[0].per_step, 132u + 124u);
+    const Instr& a = s.instrs[i], &b = plain.instrs[i];
+    EXPECT_EQ(a.num_waits, b.num_waits);
+    if (a.num_waits > 0) {
+      EXPECT_EQ(a.waits[0].per_step, b.waits[0].per_step);
     }
-    if (in.layer == 4 && in.op == Op::QKV) {
-      EXPECT_EQ(in.waits[0].per_step, 132u + 124u);
-    }
-    if (in.layer == 3 && in.op == Op::OProj) {
-      EXPECT_FALSE(claims_tail_piece(in) || is_tail_piece(in));
+    if (a.op != Op::GateUp && a.op != Op::Down) {
+      EXPECT_FALSE(claims_rows(a)) << s.describe(a);
     }
   }
-  // Too few rows for a static block per workgroup or a row per piece: no claims in that stage.
+  // Too few rows for every rank to get one: no claims in that stage.
   ScheduleParams all = p;
   all.tail_ops |= 1u << uint32_t(Op::OProj);
-  all.tail_fraction = 0.99;
-  const Schedule tiny_static = build_schedule(c, all);
-  for (const Instr& in : tiny_static.instrs) EXPECT_FALSE(claims_tail_piece(in) || is_tail_piece(in));
+  all.tail_shrink = 100;
+  for (const Instr& in : build_schedule(c, all).instrs) EXPECT_FALSE(claims_rows(in));
   // Bad parameters are refused, naming the limit.
   ScheduleParams bad = p;
-  bad.tail_fraction = 1.0;
-  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("tail fraction must be in [0, 1)"));
+  bad.tail_shrink = 101;
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("tail shrink must be a percentage, 0 to 100"));
   bad = p;
-  bad.tail_spare = 132;
-  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("spare workgroups must be in [0, 132)"));
+  bad.tail_late = 132;
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("late ranks of claimed rows must be in [1, 132)"));
   bad = p;
   bad.tail_ops = 1u << uint32_t(Op::QKV);
   EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("o_proj, gate_up and down only"));
 }
 
-// Whoever claims which piece, the results are those of the schedule without claims, bit for bit, under
-// every interleaving, with the checker on (it also checks that each step's claims follow the last's).
-TEST(Emulator, TailClaimsComputeExactlyWhatStaticRowsDo) {
+// Whoever claims which rank, the results are those of static rows, bit for bit, under every
+// interleaving, with the checker on (it also checks that each step's claims follow the last's).
+TEST(Emulator, ClaimedRowsComputeExactlyWhatStaticRowsDo) {
   TinyModelSpec spec;
   spec.arch = Arch::Qwen3;
   spec.eos = {};
-  auto model = tiny(spec, "emu-tails");
+  auto model = tiny(spec, "emu-claims");
   SameAsFirstRun runs(*model, 10);
-  for (double fraction : {0.0, 0.4, 0.25})
+  for (int shrink : {0, 30, 60})
     for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random})
       for (uint64_t seed = 1; seed <= (policy == Interleaving::Random ? 3u : 1u); ++seed) {
         EmulatorOptions opt;
         opt.num_workgroups = 16;
         opt.context = 48;
         opt.attention_splits = 3;
-        opt.tail_fraction = fraction;
-        opt.tail_spare = 4;
+        opt.tail_shrink = shrink;
+        opt.tail_late = 4;
         opt.tail_ops = (1u << uint32_t(Op::OProj)) | (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
         opt.interleaving = policy;
         opt.interleave_seed = seed;
         opt.record_logits = true;
-        ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("fraction {}, {} seed {}", fraction, interleaving_name(policy), seed)));
+        ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("shrink {}, {} seed {}", shrink, interleaving_name(policy), seed)));
       }
   EmulatorOptions opt;
   opt.num_workgroups = 13;
   opt.context = 64;
-  opt.tail_fraction = 0.3;
-  opt.tail_spare = 2;
+  opt.tail_shrink = 50;
+  opt.tail_late = 3;
   opt.record_logits = true;
   Emulator emu(*model, opt);
-  int tails = 0;
-  for (const Instr& in : emu.schedule().instrs) tails += is_tail_piece(in);
-  ASSERT_EQ(tails, 13 * 2 * spec.layers);  // gate_up and down of every layer have claims
+  int claiming = 0;
+  for (const Instr& in : emu.schedule().instrs) claiming += claims_rows(in);
+  ASSERT_EQ(claiming, 13 * 2 * spec.layers);  // gate_up and down of every layer
   expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
 }
 
@@ -526,24 +522,25 @@ TEST(DependencyChecker, CatchesAPerDomainWaitOneProducerShort) {
   EXPECT_TRUE(caught) << "no interleaving exposed the missing producer";
 }
 
-// The stage after one with tail claims waits for its blocks and pieces; one short, and a piece (or a
-// block) can be read before it was written.
-TEST(DependencyChecker, CatchesAWaitOnePieceShortAfterTailClaims) {
+// A stage after one with claimed rows waits for one block short: some rank's rows can be read before
+// they were written, whichever workgroup claimed them.
+TEST(DependencyChecker, CatchesAWaitOneBlockShortAfterClaimedRows) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "dep-tails");
+  auto model = tiny(spec, "dep-claims");
   EmulatorOptions opt;
   opt.num_workgroups = 16;
   opt.context = 32;
-  opt.tail_fraction = 0.4;
-  opt.tail_spare = 4;
+  opt.tail_shrink = 40;
+  opt.tail_late = 4;
   ScheduleParams p{16, 0};
-  p.tail_fraction = 0.4;
-  p.tail_spare = 4;
+  p.tail_shrink = 40;
+  p.tail_late = 4;
   const Schedule good = build_schedule(model->config, p);
   Schedule s = good;
   for (auto& in : s.instrs)
-    if (in.op == Op::Down && in.layer == 0 && in.num_waits == 1) {
-      ASSERT_EQ(in.waits[0].per_step, 16u + 12u);
+    if (in.op == Op::Down && in.layer == 0) {
+      ASSERT_TRUE(claims_rows(in));
+      ASSERT_EQ(in.waits[0].per_step, 16u);
       in.waits[0].per_step -= 1;
     }
   bool caught = false;
@@ -554,18 +551,18 @@ TEST(DependencyChecker, CatchesAWaitOnePieceShortAfterTailClaims) {
       const std::string msg = run_and_catch(*model, s, opt);
       if (msg.empty()) continue;
       EXPECT_THAT(msg, HasSubstr("dependency violation"));
-      EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 down rows \\[[0-9]+, [0-9]+\\)\n"
-                                                "  producer: step 0, workgroup [0-9]+: layer 0 gate_up (rows|tail piece)"));
+      EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 down claimed rows .*\n"
+                                                "  producer: step 0, workgroup [0-9]+: layer 0 gate_up claimed rows"));
       caught = true;
     }
-  EXPECT_TRUE(caught) << "no interleaving exposed the missing piece";
+  EXPECT_TRUE(caught) << "no interleaving exposed the missing block";
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     opt.interleaving = policy;
     EXPECT_EQ(run_and_catch(*model, good, opt), "") << interleaving_name(policy);
   }
 }
 
-// A claim's value names a piece only if every claim of the step before happened before it.
+// A claim's value names a rank only if every claim of the step before happened before it.
 TEST(DependencyChecker, ClaimsOfOneStepMustFollowAllClaimsOfTheStepBefore) {
   auto describe = [](const emu::InstrRef& r) { return fmt::format("step {} instruction {}", r.step, r.index); };
   {  // ordered through a counter: no violation

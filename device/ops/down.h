@@ -28,11 +28,7 @@ struct DownOp : OpDefaults {
       __syncthreads();
     };
     const float* res = m.residual_rows();
-    auto prologue = [&] {
-      if (is_tail_piece(in)) m.residual_rows_only(in);  // h is the claiming block's, still in place
-      else load_h();
-    };
-    m.gemv(in, prologue, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
+    m.gemv(in, load_h, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
   }
 #endif
 };

@@ -26,10 +26,7 @@ struct GateUpOp : OpDefaults {
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
     m.gemv(
-        in,
-        [&] {
-          if (!is_tail_piece(in)) m.norm_prologue(m.p.x);  // a tail piece's is its claiming block's, in place
-        },
+        in, [&] { m.norm_prologue(m.p.x); },
         [&](uint32_t r, float g, float u) {
           const float s = m.inv_rms();
           g *= s;

@@ -79,11 +79,7 @@ struct OProjOp : OpDefaults {
       __syncthreads();
     };
     const float* res = m.residual_rows();
-    auto prologue = [&] {
-      if (is_tail_piece(in)) m.residual_rows_only(in);  // the combined output is the claiming block's, in place
-      else combine();
-    };
-    m.gemv(in, prologue, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
+    m.gemv(in, combine, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
   }
 #endif
 };

@@ -76,7 +76,7 @@ void DependencyChecker::report_claim(const std::string& what, const Access& late
   if (read_before_write_.size() >= kMaxReported) return;
   std::string text = fmt::format("{}\n  claim: {}", what, describe_(later.ref));
   if (earlier) text += fmt::format("\n  earlier claim: {}", describe_(earlier->ref));
-  read_before_write_.push_back(text + fmt::format("\n  claim counter line {}: its value no longer names a piece", line));
+  read_before_write_.push_back(text + fmt::format("\n  claim counter line {}: its value no longer names a rank", line));
 }
 
 void DependencyChecker::claim(int wg, const InstrRef& who, uint32_t line, uint32_t workgroups) {

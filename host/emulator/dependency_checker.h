@@ -31,7 +31,7 @@ class DependencyChecker {
   void release(int wg, uint32_t counter);
   void acquire(int wg, uint32_t counter, uint32_t target);
 
-  // A claim (an atomic add whose value names a tail piece, runtime/schedule.h) on counter line `line`.
+  // A claim (an atomic add whose value names a rank of claimed rows, runtime/schedule.h) on counter line `line`.
   // Claims of one step may race each other; what must hold is that every claim of the step before (all
   // `workgroups` of them) happens before it, since the value is read as an offset from step * workgroups.
   // A claim not so ordered is a violation naming both claims.

@@ -45,7 +45,6 @@ struct Emulator::Impl : emu::EmulatorState {
     uint32_t pc = 0;  // index into its list; == size: at the next step gate
     bool gate_passed = true;  // step 0 has no gate
     bool done = false;
-    uint32_t claimed = 0;  // the tail piece its latest claim named (runtime/schedule.h: claimed_piece)
   };
 
   static uint32_t target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
@@ -100,19 +99,15 @@ struct Emulator::Impl : emu::EmulatorState {
     const emu::InstrRef ref{g.step, index, in.seq};
     // The GPU claims before it waits for the inputs, so the checker sees the claim with the clock from
     // before the waits.
-    if (claims_tail_piece(in)) {
-      const uint32_t line = schedule.line(claim_counter(in), 0);
-      if (checker) checker->claim(w, ref, line, uint32_t(schedule.num_workgroups));
-      g.claimed = claimed_piece(counters[line]++, g.step, uint32_t(schedule.num_workgroups));
+    Instr rows = in;
+    if (claims_rows(in)) {
+      const uint32_t line = schedule.line(claim_counter(in), 0), W = uint32_t(schedule.num_workgroups);
+      if (checker) checker->claim(w, ref, line, W);
+      resolve_claimed_rows(rows, claimed_rank(counters[line]++, g.step, W), W);
     }
     if (checker)
       for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
-    Instr piece = in;
-    if (is_tail_piece(in) && !resolve_tail_piece(piece, g.claimed)) {  // no piece left for it: no work, no signal
-      ++g.pc;
-      return;
-    }
-    execute(piece, OpCtx{w, ref}, g.step);
+    execute(rows, OpCtx{w, ref}, g.step);
     const uint32_t signalled = schedule.line(in.signal, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
     if (checker) checker->release(w, signalled);
     ++counters[signalled];
@@ -191,8 +186,8 @@ struct Emulator::Impl : emu::EmulatorState {
 namespace {
 ScheduleParams schedule_params(const EmulatorOptions& o) {
   ScheduleParams p{o.num_workgroups, o.attention_splits, false, o.sync_domains};
-  p.tail_fraction = o.tail_fraction;
-  p.tail_spare = o.tail_spare;
+  p.tail_shrink = o.tail_shrink;
+  p.tail_late = o.tail_late;
   p.tail_ops = o.tail_ops;
   return p;
 }
