@@ -41,9 +41,11 @@ struct StreamState {
   uint32_t step, index, loaded, chunks_left, rows_left;
   const uint8_t* next_src[2];
   uint32_t rows_per_chunk, row_bytes, parts;
-  // Claimed rows (runtime/schedule.h): the rows of this workgroup's latest claim, made by thread 0 for
-  // list index `claim_for` at step claim_step_plus1 - 1 (the producer may reach that instruction before).
-  uint32_t claim_begin, claim_end, claim_for, claim_step_plus1;
+  // Claimed rows (runtime/schedule.h): the rows [claim_begin, claim_end) of this workgroup's latest
+  // claim, for list index `claim_for` at step claim_step_plus1 - 1. Warp 1 claims while the instruction
+  // before it waits, the rows first; the producer may reach that instruction earlier, so it checks the tag.
+  uint32_t claim_begin, claim_end;
+  volatile uint32_t claim_for, claim_step_plus1;
 };
 
 // What one GEMV instruction streams: rows [begin, end) of `parts` matrices (gate_up: gate and up), each
@@ -170,16 +172,24 @@ struct WeightStream {
 #endif
   }
 
-  // Thread 0, before instruction `index` of the list waits for its inputs: takes its rank (relaxed: the
-  // claim orders nothing, its value only has to be unique, and each step's claims follow the last's
-  // through the counters) and turns `in` into the block of that rank.
-  __device__ void claim_rows(Instr& in, uint32_t step, uint32_t index) {
+  // Warp 1's lane 0, while instruction `index` - 1 of the list waits for its inputs: takes the rank of
+  // instruction `index`, a block with claimed rows. Relaxed: the claim orders nothing, its value only has
+  // to be unique, and each step's claims follow the last's through the counters.
+  __device__ void claim_rank_of(const Instr& in, uint32_t step, uint32_t index) {
     const unsigned value = atomicAdd(p.counters + counter_word(claim_counter(in)), 1u);
-    resolve_claimed_rows(in, claimed_rank(value, step, gridDim.x), gridDim.x);
-    st.claim_begin = in.begin;
-    st.claim_end = in.end;
+    Instr rows = in;
+    resolve_claimed_rows(rows, claimed_rank(value, step, gridDim.x), gridDim.x);
+    st.claim_begin = rows.begin;
+    st.claim_end = rows.end;
+    __threadfence_block();
     st.claim_for = index;
     st.claim_step_plus1 = step + 1;
+  }
+  // Whether the rows of list index `index` at `step` have been claimed (then in claim_begin, claim_end).
+  __device__ bool claimed(uint32_t step, uint32_t index) const {
+    if (st.claim_for != index || st.claim_step_plus1 != step + 1) return false;
+    __threadfence_block();
+    return true;
   }
 
   // Producer: caches the shape of the instruction under the cursor, whose `chunks` chunks are next.
@@ -194,7 +204,7 @@ struct WeightStream {
 
   // Producer: puts the cursor on the next instruction with chunks left (the current one first, if not yet
   // loaded) and caches its shape; false when the launch's steps are exhausted, or when the cursor is on a
-  // block with claimed rows that has not claimed yet (it stays there, unloaded, until it has).
+  // block with claimed rows whose rank is not claimed yet (it stays there, unloaded, until it is).
   __device__ bool settle_cursor() {
     while (st.chunks_left == 0) {
       if (st.loaded) {
@@ -205,7 +215,7 @@ struct WeightStream {
       GemvShape s;
       uint32_t chunks = stream_chunks(p, in, st.step, &s);
       if (claims_rows(in)) {
-        if (st.claim_for != st.index || st.claim_step_plus1 != st.step + 1) {
+        if (!claimed(st.step, st.index)) {
           st.loaded = 0;
           return false;
         }

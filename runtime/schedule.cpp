@@ -86,6 +86,12 @@ class Builder {
     }
   }
 
+  // Whether every workgroup already has an instruction this step (one before a block with claimed rows
+  // claims its rank).
+  bool every_list_started() const {
+    return std::all_of(lists_.begin(), lists_.end(), [](const std::vector<Instr>& l) { return !l.empty(); });
+  }
+
   // Puts an instruction on a given workgroup (Embed/Sample live on workgroup 0).
   void pinned(Instr in, int wg) {
     in.seq = seq_++;
@@ -216,9 +222,10 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     const uint32_t attention_items = uint32_t(groups * s.attention_splits);
 
     auto row_stage = [&](Op op, uint32_t rows, uint32_t signal, uint32_t wait_counter, uint32_t wait_count) {
-      // Claimed rows where every rank gets at least one row.
+      // Claimed rows where every rank gets at least one row and every workgroup has an instruction before
+      // the stage to claim in.
       const bool claimed = p.tail_shrink > 0 && (p.tail_ops >> uint32_t(op) & 1u) != 0 &&
-                           uint64_t(rows) * uint64_t(100 - p.tail_shrink) >= 100ull * uint64_t(W);
+                           uint64_t(rows) * uint64_t(100 - p.tail_shrink) >= 100ull * uint64_t(W) && b.every_list_started();
       std::vector<Instr> v;
       if (claimed) {
         const uint32_t claims = b.counter(fmt::format("layer {} {} claims", l, op_name(op)));

@@ -76,8 +76,8 @@ struct ScheduleParams {
   // topology probe's map of its SM; the emulator: workgroup % D); any assignment is correct.
   int sync_domains = 1;
   // Claimed rows (issue 13, item 5): in the row stages named by tail_ops (a mask of 1 << Op), a workgroup
-  // reaching the stage claims a rank with an atomic add, before waiting for its inputs, and runs the rows
-  // of that rank. Ranks go in arrival order; the last tail_late ranks get tail_shrink percent fewer rows
+  // claims a rank with an atomic add while its instruction before the stage waits for its inputs, and
+  // runs the rows of that rank. Ranks go in arrival order; the last tail_late ranks get tail_shrink percent fewer rows
   // than an even share, the others share the rest evenly. So the workgroups that arrive last, still busy
   // with the previous stage, get less to do. A row's value does not depend on who computes it. 0: off.
   int tail_shrink = 0;
@@ -155,26 +155,30 @@ MK_HD_INLINE uint32_t claim_shrink(const Instr& in) { return (in.aux >> 24) & 0x
 MK_HD_INLINE uint32_t claims_aux(uint32_t counter, uint32_t late, uint32_t shrink) {
   return kAuxClaims | shrink << 24 | late << 16 | counter;
 }
-// Every workgroup claims exactly once per step in each stage with claimed rows, and every claim of step s
-// happens before any of step s + 1 (each workgroup's blocks of step s, which the next step waits for,
-// come after its claims). So the counter stands at step * workgroups when step s's claims begin, and a
-// claim that returned `value` holds this rank (0: the first to arrive).
+// A workgroup claims the rank of a block with claimed rows while the instruction before it in its list
+// waits for its inputs (so the claim's round trip is not on the block's own path; a workgroup late to
+// that instruction is late to the block too). Every workgroup claims exactly once per step in each stage
+// with claimed rows, and every claim of step s happens before any of step s + 1 (each workgroup's blocks
+// of step s, which the next step waits for, come after its claims). So the counter stands at
+// step * workgroups when step s's claims begin, and a claim that returned `value` holds this rank (0: the
+// first to claim).
 MK_HD_INLINE uint32_t claimed_rank(uint32_t value, uint32_t step, uint32_t workgroups) { return value - step * workgroups; }
-// Turns a claiming block into the block of rank `rank` of `workgroups`: the last claim_late ranks get
-// (100 - claim_shrink)% of an even share of the stage's rows, the others split the rest as split_range
-// does. (A rank past the last, which the claims' order rules out, gets no rows.)
-MK_HD_INLINE void resolve_claimed_rows(Instr& in, uint32_t rank, uint32_t workgroups) {
+// Rank r of `workgroups` runs rows [begin + claimed_row_start(r), begin + claimed_row_start(r + 1)) of a
+// block with claimed rows: the last claim_late ranks get (100 - claim_shrink)% of an even share of the
+// stage's rows each, the others split the rest as split_range does. (Ranks past the last, which the
+// claims' order rules out, get no rows.)
+MK_HD_INLINE uint32_t claimed_row_start(const Instr& in, uint32_t rank, uint32_t workgroups) {
   const uint32_t rows = in.end - in.begin, late = claim_late(in), lead = workgroups - late;
   const uint32_t small = uint32_t(uint64_t(rows) * (100u - claim_shrink(in)) / (100ull * workgroups));
-  const uint32_t lead_rows = rows - late * small, b = in.begin;
-  if (rank < lead) {
-    in.begin = b + uint32_t(uint64_t(lead_rows) * rank / lead);
-    in.end = b + uint32_t(uint64_t(lead_rows) * (rank + 1) / lead);
-  } else {
-    const uint32_t r = rank < workgroups ? rank - lead : late;
-    in.begin = b + lead_rows + r * small;
-    in.end = rank < workgroups ? in.begin + small : in.begin;
-  }
+  const uint32_t lead_rows = rows - late * small;
+  if (rank >= workgroups) return rows;
+  return rank <= lead ? uint32_t(uint64_t(lead_rows) * rank / lead) : lead_rows + (rank - lead) * small;
+}
+// Turns a block with claimed rows into the block of rank `rank`.
+MK_HD_INLINE void resolve_claimed_rows(Instr& in, uint32_t rank, uint32_t workgroups) {
+  const uint32_t b = in.begin, first = claimed_row_start(in, rank, workgroups), last = claimed_row_start(in, rank + 1, workgroups);
+  in.begin = b + first;
+  in.end = b + last;
 }
 
 // Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.

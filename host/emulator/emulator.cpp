@@ -45,6 +45,7 @@ struct Emulator::Impl : emu::EmulatorState {
     uint32_t pc = 0;  // index into its list; == size: at the next step gate
     bool gate_passed = true;  // step 0 has no gate
     bool done = false;
+    uint32_t rank = 0;  // claimed for its next instruction (runtime/schedule.h: claimed_rank)
   };
 
   static uint32_t target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
@@ -97,14 +98,17 @@ struct Emulator::Impl : emu::EmulatorState {
     const uint32_t index = begin + g.pc;
     const Instr& in = schedule.instrs[index];
     const emu::InstrRef ref{g.step, index, in.seq};
-    // The GPU claims before it waits for the inputs, so the checker sees the claim with the clock from
-    // before the waits.
-    Instr rows = in;
-    if (claims_rows(in)) {
-      const uint32_t line = schedule.line(claim_counter(in), 0), W = uint32_t(schedule.num_workgroups);
-      if (checker) checker->claim(w, ref, line, W);
-      resolve_claimed_rows(rows, claimed_rank(counters[line]++, g.step, W), W);
+    const uint32_t W = uint32_t(schedule.num_workgroups);
+    // The rank of the next instruction's claimed rows is claimed as this one starts, before it waits for
+    // its inputs: the checker sees the claim with the clock from before the waits.
+    if (index + 1 < end && claims_rows(schedule.instrs[index + 1])) {
+      const Instr& next = schedule.instrs[index + 1];
+      const uint32_t line = schedule.line(claim_counter(next), 0);
+      if (checker) checker->claim(w, emu::InstrRef{g.step, index + 1, next.seq}, line, W);
+      g.rank = claimed_rank(counters[line]++, g.step, W);
     }
+    Instr rows = in;
+    if (claims_rows(in)) resolve_claimed_rows(rows, g.rank, W);
     if (checker)
       for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
     execute(rows, OpCtx{w, ref}, g.step);
