@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
         current = p.instrs[i];
         // A block with claimed rows runs its rank's, claimed during the instruction before it (before that
         // one's barrier, so the rank is in place).
-        if (claims_rows(current)) current.begin = stream_state.claim_begin, current.end = stream_state.claim_end;
+        if (claims_rows(current)) current.begin = stream_state.claim_begin[i % 2], current.end = stream_state.claim_end[i % 2];
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
         if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         if constexpr (!kGrouped) {

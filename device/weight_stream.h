@@ -41,11 +41,12 @@ struct StreamState {
   uint32_t step, index, loaded, chunks_left, rows_left;
   const uint8_t* next_src[2];
   uint32_t rows_per_chunk, row_bytes, parts;
-  // Claimed rows (runtime/schedule.h): the rows [claim_begin, claim_end) of this workgroup's latest
-  // claim, for list index `claim_for` at step claim_step_plus1 - 1. Warp 1 claims while the instruction
-  // before it waits, the rows first; the producer may reach that instruction earlier, so it checks the tag.
-  uint32_t claim_begin, claim_end;
-  volatile uint32_t claim_for, claim_step_plus1;
+  // Claimed rows (runtime/schedule.h): the rows [claim_begin, claim_end) claimed for list index
+  // `claim_for` at step claim_step_plus1 - 1, in entry index % 2: warp 1 claims for the next instruction
+  // while the running one, which may have claimed rows too, still reads its own. The rows are written
+  // first; the producer may reach that instruction before the claim, so it checks the tag.
+  uint32_t claim_begin[2], claim_end[2];
+  volatile uint32_t claim_for[2], claim_step_plus1[2];
 };
 
 // What one GEMV instruction streams: rows [begin, end) of `parts` matrices (gate_up: gate and up), each
@@ -161,8 +162,7 @@ struct WeightStream {
     st.index = list_begin;
     st.loaded = 0;
     st.chunks_left = 0;
-    st.claim_for = 0xffffffffu;
-    st.claim_step_plus1 = 0;
+    for (int e = 0; e < 2; ++e) st.claim_for[e] = 0xffffffffu, st.claim_step_plus1[e] = 0;
 #if MK_HAS_BULK_COPY
     for (uint32_t s = 0; s < p.stream_slots; ++s) {
       mbarrier_init(&st.full[s], 1);
@@ -179,15 +179,16 @@ struct WeightStream {
     const unsigned value = atomicAdd(p.counters + counter_word(claim_counter(in)), 1u);
     Instr rows = in;
     resolve_claimed_rows(rows, claimed_rank(value, step, gridDim.x), gridDim.x);
-    st.claim_begin = rows.begin;
-    st.claim_end = rows.end;
+    const uint32_t e = index % 2;
+    st.claim_begin[e] = rows.begin;
+    st.claim_end[e] = rows.end;
     __threadfence_block();
-    st.claim_for = index;
-    st.claim_step_plus1 = step + 1;
+    st.claim_for[e] = index;
+    st.claim_step_plus1[e] = step + 1;
   }
-  // Whether the rows of list index `index` at `step` have been claimed (then in claim_begin, claim_end).
+  // Whether the rows of list index `index` at `step` have been claimed (then in entry index % 2).
   __device__ bool claimed(uint32_t step, uint32_t index) const {
-    if (st.claim_for != index || st.claim_step_plus1 != step + 1) return false;
+    if (st.claim_for[index % 2] != index || st.claim_step_plus1[index % 2] != step + 1) return false;
     __threadfence_block();
     return true;
   }
@@ -219,8 +220,8 @@ struct WeightStream {
           st.loaded = 0;
           return false;
         }
-        s.begin = st.claim_begin;
-        s.end = st.claim_end;
+        s.begin = st.claim_begin[st.index % 2];
+        s.end = st.claim_end[st.index % 2];
         if (chunks > 0) chunks = s.chunks();
       }
       st.loaded = 1;
