@@ -159,7 +159,7 @@ struct Machine {
   // depend on them; and warp 1 claims the rank of the next instruction if it has claimed rows (the claim's
   // round trip then overlaps this wait instead of lengthening that block's start).
   __device__ void prestage(const Instr& in, uint32_t at) {
-    if (threadIdx.x == MK_WARP_SIZE && at + 1 < ws.list_end && claims_rows(p.instrs[at + 1])) ws.claim_rank_of(p.instrs[at + 1], step, at + 1);
+    if (threadIdx.x == MK_WARP_SIZE && next_claims_rows(in)) ws.claim_rank_of(p.instrs[at + 1], step, at + 1);
     switch (in.op) {
 #define MK_OP_PRESTAGE(E, name) \
   case Op::E: return E##Op::prestage(*this, in);

@@ -107,6 +107,12 @@ class Builder {
       s.wg_begin.push_back(uint32_t(s.instrs.size()));
     }
     s.instrs_per_step = int(seq_);
+    for (uint32_t w = 0; w + 1 < s.wg_begin.size(); ++w)  // the instruction before a block with claimed rows claims it
+      for (uint32_t i = s.wg_begin[w] + 1; i < s.wg_begin[w + 1]; ++i)
+        if (claims_rows(s.instrs[i])) {
+          if (s.instrs[i - 1].op == Op::LMHead) fail("schedule: an LM head block cannot claim for the next instruction");
+          s.instrs[i - 1].aux |= kAuxNextClaims;
+        }
     std::vector<uint32_t> producers(names_.size(), 0);
     for (const Instr& in : s.instrs) ++producers[in.signal];
     std::vector<uint32_t> flat, striped;
@@ -117,7 +123,7 @@ class Builder {
     for (uint32_t c : striped) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
     for (Instr& in : s.instrs) {
       in.signal = renumber[in.signal];
-      if (claims_rows(in)) in.aux = claims_aux(renumber[claim_counter(in)], claim_late(in), claim_shrink(in));
+      if (claims_rows(in)) in.aux = claims_aux(renumber[claim_counter(in)], claim_late(in), claim_shrink(in)) | (in.aux & kAuxNextClaims);
       for (int w = 0; w < in.num_waits; ++w) in.waits[w].counter = renumber[in.waits[w].counter];
     }
     s.sample_counter = renumber[s.sample_counter];
@@ -156,8 +162,8 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   if (p.sync_domains < 1 || p.sync_domains > 32)
     fail("schedule: sync domains must be between 1 and 32, one warp's lanes (got {})", p.sync_domains);
   if (p.tail_shrink < 0 || p.tail_shrink > 100) fail("schedule: the tail shrink must be a percentage, 0 to 100 (got {})", p.tail_shrink);
-  if (p.tail_shrink > 0 && (p.tail_late < 1 || p.tail_late >= W || p.tail_late > 255))
-    fail("schedule: the late ranks of claimed rows must be in [1, {}) (got {})", std::min(W, 256), p.tail_late);
+  if (p.tail_shrink > 0 && (p.tail_late < 1 || p.tail_late >= W || p.tail_late > 127))
+    fail("schedule: the late ranks of claimed rows must be in [1, {}) (got {})", std::min(W, 128), p.tail_late);
   const uint32_t claimable = (1u << uint32_t(Op::OProj)) | (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
   if ((p.tail_ops & ~claimable) != 0) fail("schedule: claimed rows are built for o_proj, gate_up and down only");
   if (c.num_layers > 65535) fail("schedule: {} layers is more than the 65535 an instruction can name", c.num_layers);

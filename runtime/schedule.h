@@ -146,14 +146,17 @@ MK_HD_INLINE void attention_split_range(int n, int S, int split, int* p0, int* p
 }
 
 // Claimed rows (ScheduleParams::tail_shrink). Instr::aux of a block that claims its rows: kAuxClaims | the
-// shrink percent (7 bits) | the late ranks (8 bits) | the claim counter (16 bits).
-inline constexpr uint32_t kAuxClaims = 1u << 31;
+// shrink percent (7 bits) | the late ranks (7 bits) | the claim counter (16 bits); and kAuxNextClaims on
+// the instruction before it in its workgroup's list, during whose wait the claim is made (that bit, not
+// a read of the next instruction, tells warp 1 to claim: the read cost every instruction a load).
+inline constexpr uint32_t kAuxClaims = 1u << 31, kAuxNextClaims = 1u << 30;
 MK_HD_INLINE bool claims_rows(const Instr& in) { return (in.aux & kAuxClaims) != 0; }
+MK_HD_INLINE bool next_claims_rows(const Instr& in) { return (in.aux & kAuxNextClaims) != 0; }
 MK_HD_INLINE uint32_t claim_counter(const Instr& in) { return in.aux & 0xffffu; }
-MK_HD_INLINE uint32_t claim_late(const Instr& in) { return (in.aux >> 16) & 0xffu; }
-MK_HD_INLINE uint32_t claim_shrink(const Instr& in) { return (in.aux >> 24) & 0x7fu; }
+MK_HD_INLINE uint32_t claim_late(const Instr& in) { return (in.aux >> 16) & 0x7fu; }
+MK_HD_INLINE uint32_t claim_shrink(const Instr& in) { return (in.aux >> 23) & 0x7fu; }
 MK_HD_INLINE uint32_t claims_aux(uint32_t counter, uint32_t late, uint32_t shrink) {
-  return kAuxClaims | shrink << 24 | late << 16 | counter;
+  return kAuxClaims | shrink << 23 | late << 16 | counter;
 }
 // A workgroup claims the rank of a block with claimed rows while the instruction before it in its list
 // waits for its inputs (so the claim's round trip is not on the block's own path; a workgroup late to

@@ -266,6 +266,9 @@ TEST(Schedule, ClaimedRowsGiveEveryWorkgroupOneClaimPerStageAndTheRanksCoverTheR
         if (in.op != op || in.layer != 3) continue;
         ++blocks;
         ASSERT_TRUE(claims_rows(in));
+        ASSERT_GT(i, s.wg_begin[size_t(w)]);
+        EXPECT_TRUE(next_claims_rows(s.instrs[i - 1])) << "the instruction before it claims its rank";
+        EXPECT_EQ(next_claims_rows(in), op == Op::GateUp) << "a claimed gate_up block claims for down";
         EXPECT_EQ(in.begin, 0u);
         EXPECT_EQ(in.end, rows);
         EXPECT_EQ(claim_late(in), 8u);
@@ -307,6 +310,9 @@ TEST(Schedule, ClaimedRowsGiveEveryWorkgroupOneClaimPerStageAndTheRanksCoverTheR
     if (a.op != Op::GateUp && a.op != Op::Down) {
       EXPECT_FALSE(claims_rows(a)) << s.describe(a);
     }
+    if (i + 1 < s.instrs.size() && s.workgroup_of(i) == s.workgroup_of(i + 1)) {
+      EXPECT_EQ(next_claims_rows(a), claims_rows(s.instrs[i + 1])) << s.describe(a);
+    }
   }
   // Too few rows for every rank to get one: no claims in that stage.
   ScheduleParams all = p;
@@ -319,7 +325,7 @@ TEST(Schedule, ClaimedRowsGiveEveryWorkgroupOneClaimPerStageAndTheRanksCoverTheR
   EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("tail shrink must be a percentage, 0 to 100"));
   bad = p;
   bad.tail_late = 132;
-  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("late ranks of claimed rows must be in [1, 132)"));
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("late ranks of claimed rows must be in [1, 128)"));
   bad = p;
   bad.tail_ops = 1u << uint32_t(Op::QKV);
   EXPECT_THAT(test::error_of([&] { build_schedule(c, bad); }), HasSubstr("o_proj, gate_up and down only"));

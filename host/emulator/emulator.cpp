@@ -101,7 +101,7 @@ struct Emulator::Impl : emu::EmulatorState {
     const uint32_t W = uint32_t(schedule.num_workgroups);
     // The rank of the next instruction's claimed rows is claimed as this one starts, before it waits for
     // its inputs: the checker sees the claim with the clock from before the waits.
-    if (index + 1 < end && claims_rows(schedule.instrs[index + 1])) {
+    if (next_claims_rows(in)) {
       const Instr& next = schedule.instrs[index + 1];
       const uint32_t line = schedule.line(claim_counter(next), 0);
       if (checker) checker->claim(w, emu::InstrRef{g.step, index + 1, next.seq}, line, W);
