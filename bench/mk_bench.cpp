@@ -186,27 +186,7 @@ int run(int argc, char** argv) {
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
                  "w % N; 'probe' = the probed GPC/XCD map, fragments under 8 units merged")
       ->capture_default_str();
-  int tail_shrink = mk::GpuOptions{}.tail_shrink, tail_late = mk::GpuOptions{}.tail_late;
-  std::string tail_ops = "gate_up,down";
-  app.add_option("--tail-shrink", tail_shrink,
-                 "claimed rows in the --tail-ops stages: workgroups take ranks in arrival order, and the last --tail-late ranks get "
-                 "this percent fewer rows than an even share (0: static rows)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 100));
-  app.add_option("--tail-late", tail_late, "ranks with fewer rows in a stage with claimed rows")->capture_default_str();
-  app.add_option("--tail-ops", tail_ops, "stages with claimed rows, comma-separated (of o_proj, gate_up, down)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  uint32_t tail_mask = 0;
-  for (size_t at = 0; at <= tail_ops.size();) {
-    size_t end = tail_ops.find(',', at);
-    if (end == std::string::npos) end = tail_ops.size();
-    const std::string name = tail_ops.substr(at, end - at);
-    int op = 0;
-    while (op < mk::kNumOps && name != mk::op_name(mk::Op(op))) ++op;
-    if (op == mk::kNumOps) mk::fail("--tail-ops: '{}' is not a stage (o_proj, gate_up, down)", name);
-    tail_mask |= 1u << uint32_t(op);
-    at = end + 1;
-  }
   if (trace_step >= 0) {
     profile = true;
     if (trace_step >= tokens) mk::fail("--trace {}: each launch runs {} steps (-n), so at most step {}", trace_step, tokens, tokens - 1);
@@ -251,9 +231,6 @@ int run(int argc, char** argv) {
     }
   }
   opt.stage_barriers = stage_barriers;
-  opt.tail_shrink = tail_shrink;
-  opt.tail_late = tail_late;
-  opt.tail_ops = tail_mask;
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();
   const auto& cfg = model->config;

@@ -133,11 +133,7 @@ class MonokernelBackend final : public GpuBackend {
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
-    ScheduleParams sp{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains};
-    sp.tail_shrink = opt.tail_shrink;
-    sp.tail_late = opt.tail_late;
-    sp.tail_ops = opt.tail_ops;
-    schedule_ = build_schedule(cfg_, sp);
+    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
       fail("attention's warp path needs head_dim / 8 to be a power of two and query heads per kv head x head_dim "
@@ -239,13 +235,7 @@ class MonokernelBackend final : public GpuBackend {
   int context() const override { return opt_.context; }
   std::string name() const override {
     return fmt::format("gpu monokernel on {} ({} workgroups x {} threads, {}, {})", info_.name, schedule_.num_workgroups,
-                       dev::kThreads, stream_description(), sync_description()) +
-           tail_description();
-  }
-  std::string tail_description() const {
-    const auto claimed = std::find_if(schedule_.instrs.begin(), schedule_.instrs.end(), [](const Instr& in) { return claims_rows(in); });
-    if (claimed == schedule_.instrs.end()) return "";
-    return fmt::format(", claimed rows: the last {} ranks {}% fewer", claim_late(*claimed), claim_shrink(*claimed));
+                       dev::kThreads, stream_description(), sync_description());
   }
   std::string sync_description() const {
     if (schedule_.sync_domains <= 1) return "flat counters";

@@ -28,10 +28,6 @@ struct GpuOptions {
   // hw_id_group_table of the probed map; empty: workgroup w takes domain w % sync_domains.
   int sync_domains = 1;
   std::vector<int> unit_domain;
-  // Claimed rows (ScheduleParams::tail_shrink, tail_late, tail_ops; tail_shrink 0: off).
-  int tail_shrink = 0;
-  int tail_late = ScheduleParams{}.tail_late;
-  uint32_t tail_ops = ScheduleParams{}.tail_ops;
   // No workgroup progressing for this long: the launch is aborted (device/launch_abort.h) and generate()
   // throws HangError naming the stuck instructions. The kernel then has abort_grace_seconds to leave;
   // if it does, the backend is usable again (HangError::stopped()), else it is given up.

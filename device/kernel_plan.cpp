@@ -15,11 +15,7 @@ ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Sch
 
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
   size_t floats = 0;
-  for (Instr in : schedule.instrs) {
-    // A block with claimed rows runs one rank's; the first ranks' are the largest.
-    if (claims_rows(in)) resolve_claimed_rows(in, 0, uint32_t(schedule.num_workgroups));
-    floats = std::max(floats, op_smem_floats(in, d));
-  }
+  for (const Instr& in : schedule.instrs) floats = std::max(floats, op_smem_floats(in, d));
   return floats * sizeof(float);
 }
 

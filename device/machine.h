@@ -155,11 +155,8 @@ struct Machine {
     __syncthreads();
   }
 
-  // Before instruction `at` of the list waits for its inputs (all threads): its op's loads that do not
-  // depend on them; and warp 1 claims the rank of the next instruction if it has claimed rows (the claim's
-  // round trip then overlaps this wait instead of lengthening that block's start).
-  __device__ void prestage(const Instr& in, uint32_t at) {
-    if (threadIdx.x == MK_WARP_SIZE && next_claims_rows(in)) ws.claim_rank_of(p.instrs[at + 1], step, at + 1);
+  // Before the instruction waits for its inputs (all threads): its op's loads that do not depend on them.
+  __device__ void prestage(const Instr& in) {
     switch (in.op) {
 #define MK_OP_PRESTAGE(E, name) \
   case Op::E: return E##Op::prestage(*this, in);

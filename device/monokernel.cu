@@ -110,12 +110,9 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
     bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
       if (threadIdx.x == 0 && kProfile) wait_began = global_timer_ns(), profile_prologue_end = 0;
-      m.prestage(p.instrs[i], i);  // all threads: loads that do not depend on this step's inputs
+      m.prestage(p.instrs[i]);  // all threads: loads that do not depend on this step's inputs
       if (threadIdx.x == 0) {
         current = p.instrs[i];
-        // A block with claimed rows runs its rank's, claimed during the instruction before it (before that
-        // one's barrier, so the rank is in place).
-        if (claims_rows(current)) current.begin = stream_state.claim_begin[i % 2], current.end = stream_state.claim_end[i % 2];
         // Weights do not depend on activations: start streaming them before waiting for the inputs.
         if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         if constexpr (!kGrouped) {

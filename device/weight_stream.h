@@ -41,12 +41,6 @@ struct StreamState {
   uint32_t step, index, loaded, chunks_left, rows_left;
   const uint8_t* next_src[2];
   uint32_t rows_per_chunk, row_bytes, parts;
-  // Claimed rows (runtime/schedule.h): the rows [claim_begin, claim_end) claimed for list index
-  // `claim_for` at step claim_step_plus1 - 1, in entry index % 2: warp 1 claims for the next instruction
-  // while the running one, which may have claimed rows too, still reads its own. The rows are written
-  // first; the producer may reach that instruction before the claim, so it checks the tag.
-  uint32_t claim_begin[2], claim_end[2];
-  volatile uint32_t claim_for[2], claim_step_plus1[2];
 };
 
 // What one GEMV instruction streams: rows [begin, end) of `parts` matrices (gate_up: gate and up), each
@@ -162,7 +156,6 @@ struct WeightStream {
     st.index = list_begin;
     st.loaded = 0;
     st.chunks_left = 0;
-    for (int e = 0; e < 2; ++e) st.claim_for[e] = 0xffffffffu, st.claim_step_plus1[e] = 0;
 #if MK_HAS_BULK_COPY
     for (uint32_t s = 0; s < p.stream_slots; ++s) {
       mbarrier_init(&st.full[s], 1);
@@ -172,68 +165,30 @@ struct WeightStream {
 #endif
   }
 
-  // Warp 1's lane 0, while instruction `index` - 1 of the list waits for its inputs: takes the rank of
-  // instruction `index`, a block with claimed rows. Relaxed: the claim orders nothing, its value only has
-  // to be unique, and each step's claims follow the last's through the counters.
-  __device__ void claim_rank_of(const Instr& in, uint32_t step, uint32_t index) {
-    const unsigned value = atomicAdd(p.counters + counter_word(claim_counter(in)), 1u);
-    Instr rows = in;
-    resolve_claimed_rows(rows, claimed_rank(value, step, gridDim.x), gridDim.x);
-    const uint32_t e = index % 2;
-    st.claim_begin[e] = rows.begin;
-    st.claim_end[e] = rows.end;
-    __threadfence_block();
-    st.claim_for[e] = index;
-    st.claim_step_plus1[e] = step + 1;
-  }
-  // Whether the rows of list index `index` at `step` have been claimed (then in entry index % 2).
-  __device__ bool claimed(uint32_t step, uint32_t index) const {
-    if (st.claim_for[index % 2] != index || st.claim_step_plus1[index % 2] != step + 1) return false;
-    __threadfence_block();
-    return true;
-  }
-
-  // Producer: caches the shape of the instruction under the cursor, whose `chunks` chunks are next.
-  __device__ void load_cursor(const GemvShape& s, uint32_t chunks) {
-    st.chunks_left = chunks;
-    st.rows_left = s.rows();
-    st.rows_per_chunk = uint32_t(s.rows_per_chunk);
-    st.row_bytes = uint32_t(s.row_bytes);
-    st.parts = uint32_t(s.parts);
-    for (int part = 0; part < s.parts; ++part) st.next_src[part] = p.weights + s.matrix[part] + size_t(s.begin) * size_t(s.row_bytes);
-  }
-
   // Producer: puts the cursor on the next instruction with chunks left (the current one first, if not yet
-  // loaded) and caches its shape; false when the launch's steps are exhausted, or when the cursor is on a
-  // block with claimed rows whose rank is not claimed yet (it stays there, unloaded, until it is).
+  // loaded) and caches its shape; false when the launch's steps are exhausted.
   __device__ bool settle_cursor() {
     while (st.chunks_left == 0) {
       if (st.loaded) {
         if (++st.index >= list_end) st.index = list_begin, ++st.step;
       }
       if (st.step >= uint32_t(p.max_steps)) return false;
-      const Instr& in = p.instrs[st.index];
-      GemvShape s;
-      uint32_t chunks = stream_chunks(p, in, st.step, &s);
-      if (claims_rows(in)) {
-        if (!claimed(st.step, st.index)) {
-          st.loaded = 0;
-          return false;
-        }
-        s.begin = st.claim_begin[st.index % 2];
-        s.end = st.claim_end[st.index % 2];
-        if (chunks > 0) chunks = s.chunks();
-      }
       st.loaded = 1;
-      if (chunks > 0) load_cursor(s, chunks);
+      GemvShape s;
+      st.chunks_left = stream_chunks(p, p.instrs[st.index], st.step, &s);
+      if (st.chunks_left == 0) continue;
+      st.rows_left = s.rows();
+      st.rows_per_chunk = uint32_t(s.rows_per_chunk);
+      st.row_bytes = uint32_t(s.row_bytes);
+      st.parts = uint32_t(s.parts);
+      for (int part = 0; part < s.parts; ++part) st.next_src[part] = p.weights + s.matrix[part] + size_t(s.begin) * size_t(s.row_bytes);
     }
     return true;
   }
 
   // Producer: issues the next chunk if it belongs to an instruction at most `lookahead` instructions after
-  // (step, index) and (unless kBlocking) its slot is free. True if a chunk was issued.
-  template <bool kBlocking>
-  __device__ bool issue_one(uint32_t step, uint32_t index, uint32_t lookahead) {
+  // (step, index) and (unless `blocking`) its slot is free. True if a chunk was issued.
+  __device__ bool issue_one(uint32_t step, uint32_t index, uint32_t lookahead, bool blocking) {
 #if MK_HAS_BULK_COPY
     if (!settle_cursor()) return false;
     const uint32_t len = list_end - list_begin;
@@ -243,11 +198,8 @@ struct WeightStream {
     const uint32_t seq = st.issued, slot = slot_of(seq);
     volatile int* pending = st.pending;
     if (seq >= p.stream_slots && pending[slot] != 0) {
-      if constexpr (!kBlocking) {
-        return false;
-      } else {
-        while (pending[slot] != 0) __nanosleep(20);
-      }
+      if (!blocking) return false;
+      while (pending[slot] != 0) __nanosleep(20);
     }
     const uint32_t rows = min(st.rows_per_chunk, st.rows_left);
     const uint32_t part_bytes = rows * st.row_bytes;
@@ -265,7 +217,7 @@ struct WeightStream {
     st.issued = seq + 1;
     return true;
 #else
-    (void)step, (void)index, (void)lookahead;
+    (void)step, (void)index, (void)lookahead, (void)blocking;
     return false;
 #endif
   }
@@ -274,13 +226,13 @@ struct WeightStream {
   // up to `lookahead` instructions after it) into free slots, without waiting, until `cap` chunks are in
   // flight. All earlier instructions are done, so what is in flight is `issued - base`.
   __device__ void top_up(uint32_t step, uint32_t index, uint32_t lookahead, uint32_t cap) {
-    while (st.issued - st.base < cap && issue_one<false>(step, index, lookahead)) {
+    while (st.issued - st.base < cap && issue_one(step, index, lookahead, false)) {
     }
   }
 
   // Producer, during a GEMV instruction: issues the rest of its chunks, waiting for free slots.
   __device__ void produce(uint32_t step, uint32_t index) {
-    while (issue_one<true>(step, index, 0)) {
+    while (issue_one(step, index, 0, true)) {
     }
   }
 

@@ -34,9 +34,7 @@ std::string Schedule::describe(const Instr& in) const {
     case Op::Attention: return fmt::format("{} (kv group {}, split {})", where, in.begin, in.end);
     case Op::Embed:
     case Op::Sample: return where;
-    default:
-      if (claims_rows(in)) return fmt::format("{} claimed rows (a rank's share of [{}, {}))", where, in.begin, in.end);
-      return fmt::format("{} rows [{}, {})", where, in.begin, in.end);
+    default: return fmt::format("{} rows [{}, {})", where, in.begin, in.end);
   }
 }
 
@@ -86,12 +84,6 @@ class Builder {
     }
   }
 
-  // Whether every workgroup already has an instruction this step (one before a block with claimed rows
-  // claims its rank).
-  bool every_list_started() const {
-    return std::all_of(lists_.begin(), lists_.end(), [](const std::vector<Instr>& l) { return !l.empty(); });
-  }
-
   // Puts an instruction on a given workgroup (Embed/Sample live on workgroup 0).
   void pinned(Instr in, int wg) {
     in.seq = seq_++;
@@ -107,12 +99,6 @@ class Builder {
       s.wg_begin.push_back(uint32_t(s.instrs.size()));
     }
     s.instrs_per_step = int(seq_);
-    for (uint32_t w = 0; w + 1 < s.wg_begin.size(); ++w)  // the instruction before a block with claimed rows claims it
-      for (uint32_t i = s.wg_begin[w] + 1; i < s.wg_begin[w + 1]; ++i)
-        if (claims_rows(s.instrs[i])) {
-          if (s.instrs[i - 1].op == Op::LMHead) fail("schedule: an LM head block cannot claim for the next instruction");
-          s.instrs[i - 1].aux |= kAuxNextClaims;
-        }
     std::vector<uint32_t> producers(names_.size(), 0);
     for (const Instr& in : s.instrs) ++producers[in.signal];
     std::vector<uint32_t> flat, striped;
@@ -123,7 +109,6 @@ class Builder {
     for (uint32_t c : striped) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
     for (Instr& in : s.instrs) {
       in.signal = renumber[in.signal];
-      if (claims_rows(in)) in.aux = claims_aux(renumber[claim_counter(in)], claim_late(in), claim_shrink(in)) | (in.aux & kAuxNextClaims);
       for (int w = 0; w < in.num_waits; ++w) in.waits[w].counter = renumber[in.waits[w].counter];
     }
     s.sample_counter = renumber[s.sample_counter];
@@ -161,11 +146,6 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   if (W < 1) fail("schedule: need at least one workgroup (got {})", W);
   if (p.sync_domains < 1 || p.sync_domains > 32)
     fail("schedule: sync domains must be between 1 and 32, one warp's lanes (got {})", p.sync_domains);
-  if (p.tail_shrink < 0 || p.tail_shrink > 100) fail("schedule: the tail shrink must be a percentage, 0 to 100 (got {})", p.tail_shrink);
-  if (p.tail_shrink > 0 && (p.tail_late < 1 || p.tail_late >= W || p.tail_late > 127))
-    fail("schedule: the late ranks of claimed rows must be in [1, {}) (got {})", std::min(W, 128), p.tail_late);
-  const uint32_t claimable = (1u << uint32_t(Op::OProj)) | (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
-  if ((p.tail_ops & ~claimable) != 0) fail("schedule: claimed rows are built for o_proj, gate_up and down only");
   if (c.num_layers > 65535) fail("schedule: {} layers is more than the 65535 an instruction can name", c.num_layers);
   Schedule s;
   s.num_workgroups = W;
@@ -228,26 +208,11 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     const uint32_t attention_items = uint32_t(groups * s.attention_splits);
 
     auto row_stage = [&](Op op, uint32_t rows, uint32_t signal, uint32_t wait_counter, uint32_t wait_count) {
-      // Claimed rows where every rank gets at least one row and every workgroup has an instruction before
-      // the stage to claim in.
-      const bool claimed = p.tail_shrink > 0 && (p.tail_ops >> uint32_t(op) & 1u) != 0 &&
-                           uint64_t(rows) * uint64_t(100 - p.tail_shrink) >= 100ull * uint64_t(W) && b.every_list_started();
       std::vector<Instr> v;
-      if (claimed) {
-        const uint32_t claims = b.counter(fmt::format("layer {} {} claims", l, op_name(op)));
-        if (claims > 0xffffu) fail("schedule: {} counters is more than claimed rows can name", claims + 1);
-        for (int w = 0; w < W; ++w) {
-          Instr in = make(op, l, 0, rows, signal);
-          add_wait(in, wait_counter, wait_count);
-          in.aux = claims_aux(claims, uint32_t(p.tail_late), uint32_t(p.tail_shrink));
-          v.push_back(in);
-        }
-      } else {
-        for (auto [r0, r1] : split_range(rows, uint32_t(W))) {
-          Instr in = make(op, l, r0, r1, signal);
-          add_wait(in, wait_counter, wait_count);
-          v.push_back(in);
-        }
+      for (auto [r0, r1] : split_range(rows, uint32_t(W))) {
+        Instr in = make(op, l, r0, r1, signal);
+        add_wait(in, wait_counter, wait_count);
+        v.push_back(in);
       }
       const uint32_t n = uint32_t(v.size());
       b.stage(std::move(v));
@@ -264,7 +229,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   uint32_t slot = 0;
   for (auto [r0, r1] : split_range(uint32_t(c.vocab_size), uint32_t(W))) {
     Instr in = make(Op::LMHead, 0, r0, r1, lm_done);
-    in.aux = slot++;
+    in.slot = slot++;
     add_wait(in, prev_counter, prev_count);
     lm.push_back(in);
   }

@@ -55,10 +55,7 @@ struct Instr {
   uint8_t num_waits = 0;
   uint16_t layer = 0;
   uint32_t begin = 0, end = 0;  // output rows [begin, end); Attention: begin = kv group, end = split
-  // LMHead: its partial-argmax slot. A block of a stage with claimed rows (ScheduleParams::tail_shrink):
-  // kAuxClaims, its claim counter and how the ranks' rows are cut (accessors below); its [begin, end) is
-  // then the whole stage's, of which it runs the range its claim names.
-  uint32_t aux = 0;
+  uint32_t slot = 0;            // LMHead: its partial-argmax slot
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
   uint32_t seq = 0;     // position in the canonical order of one step (for diagnostics and checking)
@@ -75,14 +72,6 @@ struct ScheduleParams {
   // stage) get D stripes. Which workgroup is in which domain is decided where it runs (the GPU: the
   // topology probe's map of its SM; the emulator: workgroup % D); any assignment is correct.
   int sync_domains = 1;
-  // Claimed rows (issue 13, item 5): in the row stages named by tail_ops (a mask of 1 << Op), a workgroup
-  // claims a rank with an atomic add while its instruction before the stage waits for its inputs, and
-  // runs the rows of that rank. Ranks go in arrival order; the last tail_late ranks get tail_shrink percent fewer rows
-  // than an even share, the others share the rest evenly. So the workgroups that arrive last, still busy
-  // with the previous stage, get less to do. A row's value does not depend on who computes it. 0: off.
-  int tail_shrink = 0;
-  int tail_late = 8;
-  uint32_t tail_ops = (1u << uint32_t(Op::GateUp)) | (1u << uint32_t(Op::Down));
 };
 
 struct Schedule {
@@ -143,45 +132,6 @@ MK_HD_INLINE void attention_split_range(int n, int S, int split, int* p0, int* p
   *p0 = first < n ? first : n;
   *p1 = first + chunk < n ? first + chunk : n;
   if (*p1 < *p0) *p1 = *p0;
-}
-
-// Claimed rows (ScheduleParams::tail_shrink). Instr::aux of a block that claims its rows: kAuxClaims | the
-// shrink percent (7 bits) | the late ranks (7 bits) | the claim counter (16 bits); and kAuxNextClaims on
-// the instruction before it in its workgroup's list, during whose wait the claim is made (that bit, not
-// a read of the next instruction, tells warp 1 to claim: the read cost every instruction a load).
-inline constexpr uint32_t kAuxClaims = 1u << 31, kAuxNextClaims = 1u << 30;
-MK_HD_INLINE bool claims_rows(const Instr& in) { return (in.aux & kAuxClaims) != 0; }
-MK_HD_INLINE bool next_claims_rows(const Instr& in) { return (in.aux & kAuxNextClaims) != 0; }
-MK_HD_INLINE uint32_t claim_counter(const Instr& in) { return in.aux & 0xffffu; }
-MK_HD_INLINE uint32_t claim_late(const Instr& in) { return (in.aux >> 16) & 0x7fu; }
-MK_HD_INLINE uint32_t claim_shrink(const Instr& in) { return (in.aux >> 23) & 0x7fu; }
-MK_HD_INLINE uint32_t claims_aux(uint32_t counter, uint32_t late, uint32_t shrink) {
-  return kAuxClaims | shrink << 23 | late << 16 | counter;
-}
-// A workgroup claims the rank of a block with claimed rows while the instruction before it in its list
-// waits for its inputs (so the claim's round trip is not on the block's own path; a workgroup late to
-// that instruction is late to the block too). Every workgroup claims exactly once per step in each stage
-// with claimed rows, and every claim of step s happens before any of step s + 1 (each workgroup's blocks
-// of step s, which the next step waits for, come after its claims). So the counter stands at
-// step * workgroups when step s's claims begin, and a claim that returned `value` holds this rank (0: the
-// first to claim).
-MK_HD_INLINE uint32_t claimed_rank(uint32_t value, uint32_t step, uint32_t workgroups) { return value - step * workgroups; }
-// Rank r of `workgroups` runs rows [begin + claimed_row_start(r), begin + claimed_row_start(r + 1)) of a
-// block with claimed rows: the last claim_late ranks get (100 - claim_shrink)% of an even share of the
-// stage's rows each, the others split the rest as split_range does. (Ranks past the last, which the
-// claims' order rules out, get no rows.)
-MK_HD_INLINE uint32_t claimed_row_start(const Instr& in, uint32_t rank, uint32_t workgroups) {
-  const uint32_t rows = in.end - in.begin, late = claim_late(in), lead = workgroups - late;
-  const uint32_t small = uint32_t(uint64_t(rows) * (100u - claim_shrink(in)) / (100ull * workgroups));
-  const uint32_t lead_rows = rows - late * small;
-  if (rank >= workgroups) return rows;
-  return rank <= lead ? uint32_t(uint64_t(lead_rows) * rank / lead) : lead_rows + (rank - lead) * small;
-}
-// Turns a block with claimed rows into the block of rank `rank`.
-MK_HD_INLINE void resolve_claimed_rows(Instr& in, uint32_t rank, uint32_t workgroups) {
-  const uint32_t b = in.begin, first = claimed_row_start(in, rank, workgroups), last = claimed_row_start(in, rank + 1, workgroups);
-  in.begin = b + first;
-  in.end = b + last;
 }
 
 // Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.

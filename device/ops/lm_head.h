@@ -38,8 +38,8 @@ struct LMHeadOp : OpDefaults {
     });
     m.block_argmax(best, best_index);
     if (threadIdx.x == 0) {
-      m.p.lm_best_value[in.aux] = best;
-      m.p.lm_best_index[in.aux] = best_index;
+      m.p.lm_best_value[in.slot] = best;
+      m.p.lm_best_index[in.slot] = best_index;
     }
   }
 #endif

@@ -45,7 +45,6 @@ struct Emulator::Impl : emu::EmulatorState {
     uint32_t pc = 0;  // index into its list; == size: at the next step gate
     bool gate_passed = true;  // step 0 has no gate
     bool done = false;
-    uint32_t rank = 0;  // claimed for its next instruction (runtime/schedule.h: claimed_rank)
   };
 
   static uint32_t target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
@@ -97,21 +96,9 @@ struct Emulator::Impl : emu::EmulatorState {
     }
     const uint32_t index = begin + g.pc;
     const Instr& in = schedule.instrs[index];
-    const emu::InstrRef ref{g.step, index, in.seq};
-    const uint32_t W = uint32_t(schedule.num_workgroups);
-    // The rank of the next instruction's claimed rows is claimed as this one starts, before it waits for
-    // its inputs: the checker sees the claim with the clock from before the waits.
-    if (next_claims_rows(in)) {
-      const Instr& next = schedule.instrs[index + 1];
-      const uint32_t line = schedule.line(claim_counter(next), 0);
-      if (checker) checker->claim(w, emu::InstrRef{g.step, index + 1, next.seq}, line, W);
-      g.rank = claimed_rank(counters[line]++, g.step, W);
-    }
-    Instr rows = in;
-    if (claims_rows(in)) resolve_claimed_rows(rows, g.rank, W);
     if (checker)
       for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
-    execute(rows, OpCtx{w, ref}, g.step);
+    execute(in, OpCtx{w, emu::InstrRef{g.step, index, in.seq}}, g.step);
     const uint32_t signalled = schedule.line(in.signal, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
     if (checker) checker->release(w, signalled);
     ++counters[signalled];
@@ -187,18 +174,10 @@ struct Emulator::Impl : emu::EmulatorState {
   }
 };
 
-namespace {
-ScheduleParams schedule_params(const EmulatorOptions& o) {
-  ScheduleParams p{o.num_workgroups, o.attention_splits, false, o.sync_domains};
-  p.tail_shrink = o.tail_shrink;
-  p.tail_late = o.tail_late;
-  p.tail_ops = o.tail_ops;
-  return p;
-}
-}  // namespace
-
 Emulator::Emulator(const Model& model, const EmulatorOptions& options)
-    : Emulator(model, build_schedule(model.config, schedule_params(options)), options) {}
+    : Emulator(model,
+               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, false, options.sync_domains}),
+               options) {}
 
 Emulator::Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options)
     : impl_(std::make_unique<Impl>(model, std::move(schedule), options)) {}

@@ -24,10 +24,6 @@ struct EmulatorOptions {
   int context = 1024;
   int attention_splits = 0;  // 0: as build_schedule chooses
   int sync_domains = 1;      // ScheduleParams::sync_domains; workgroup w signals stripe w % D
-  // ScheduleParams' claimed rows (tail_shrink 0: off).
-  int tail_shrink = 0;
-  int tail_late = ScheduleParams{}.tail_late;
-  uint32_t tail_ops = ScheduleParams{}.tail_ops;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)

@@ -14,8 +14,8 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
     out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
     if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
   }
-  *s.write(c, s.lm_best_value, in.aux, in.aux + 1) = best;
-  *s.write(c, s.lm_best_index, in.aux, in.aux + 1) = best_index;
+  *s.write(c, s.lm_best_value, in.slot, in.slot + 1) = best;
+  *s.write(c, s.lm_best_index, in.slot, in.slot + 1) = best_index;
 }
 
 }  // namespace mk::emu
