@@ -21,19 +21,14 @@ namespace {
 __device__ __forceinline__ uint32_t wait_target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
 
 // Thread 0 spins until the counter reaches the target; false if it gave up instead (the host aborted a
-// hung launch, device/launch_abort.h). `between` runs between polls.
-template <typename Between>
-__device__ bool spin_until(const KernelParams& p, const unsigned* counter, uint32_t target, Between between) {
+// hung launch, device/launch_abort.h).
+__device__ bool spin_until(const KernelParams& p, const unsigned* counter, uint32_t target) {
   AbortableWait wait{p.abort};
   while (load_acquire(counter) < target) {
-    between();
     spin_pause();
     if (wait.give_up()) return false;
   }
   return true;
-}
-__device__ bool spin_until(const KernelParams& p, const unsigned* counter, uint32_t target) {
-  return spin_until(p, counter, target, [] {});
 }
 
 // Marks the instruction a workgroup gave up waiting for (Instr::num_waits is at most 2): every thread
@@ -118,16 +113,12 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       m.prestage(p.instrs[i]);  // all threads: loads that do not depend on this step's inputs
       if (threadIdx.x == 0) {
         current = p.instrs[i];
-        // Weights do not depend on activations: start streaming them before waiting for the inputs. With
-        // flat counters the early chunks go one at a time between polls (WeightStream::pace).
-        if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, kGrouped ? p.stream_early : min(p.stream_early, 1u));
+        // Weights do not depend on activations: start streaming them before waiting for the inputs.
+        if constexpr (kStream) ws.top_up(step, i, p.stream_lookahead, p.stream_early);
         if constexpr (!kGrouped) {
           bool ready = true;
-          auto pace = [&] {
-            if constexpr (kStream) ws.pace(step, i, p.stream_lookahead, p.stream_early);
-          };
           for (int w = 0; ready && w < current.num_waits; ++w)
-            ready = spin_until(p, p.counters + counter_word(current.waits[w].counter), wait_target(current.waits[w], step), pace);
+            ready = spin_until(p, p.counters + counter_word(current.waits[w].counter), wait_target(current.waits[w], step));
           if (!ready) current.num_waits = kAbandoned;
         }
       }

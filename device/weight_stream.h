@@ -230,23 +230,6 @@ struct WeightStream {
     }
   }
 
-  // Producer, between polls while the instruction at (step, index) waits for its inputs: issues one more
-  // chunk once the newest has landed, until `cap` are in flight. Bytes in flight delay the poll's reply
-  // (it comes back behind them: a busy workgroup's start took 4 us with two chunks issued at once, 0.7 with
-  // none; docs/log.md, twelfth session), so the early chunks go one at a time.
-  __device__ void pace(uint32_t step, uint32_t index, uint32_t lookahead, uint32_t cap) {
-#if MK_HAS_BULK_COPY
-    if (st.issued - st.base >= cap) return;
-    if (st.issued > st.base) {
-      const uint32_t seq = st.issued - 1;
-      if (!mbarrier_test_parity(&st.full[slot_of(seq)], (seq / p.stream_slots) & 1u)) return;
-    }
-    issue_one(step, index, lookahead, false);
-#else
-    (void)step, (void)index, (void)lookahead, (void)cap;
-#endif
-  }
-
   // Producer, during a GEMV instruction: issues the rest of its chunks, waiting for free slots.
   __device__ void produce(uint32_t step, uint32_t index) {
     while (issue_one(step, index, 0, true)) {
