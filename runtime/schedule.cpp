@@ -91,7 +91,8 @@ class Builder {
   }
 
   // `domains` > 1: the counters with at least 2 * domains producers a step become per-domain counters,
-  // renumbered after the flat ones (Schedule::first_striped_counter).
+  // renumbered after the flat ones (Schedule::first_striped_counter). The h slices' counters stay flat
+  // and consecutive (HSlices::counter).
   Schedule finish(Schedule s, int domains) {
     s.wg_begin.push_back(0);
     for (auto& list : lists_) {
@@ -101,9 +102,12 @@ class Builder {
     s.instrs_per_step = int(seq_);
     std::vector<uint32_t> producers(names_.size(), 0);
     for (const Instr& in : s.instrs) ++producers[in.signal];
+    const uint32_t slices_begin = s.h_slices.first_counter, slices_end = slices_begin + uint32_t(s.num_layers) * s.h_slices.count;
     std::vector<uint32_t> flat, striped;
-    for (uint32_t c = 0; c < names_.size(); ++c)
-      (domains > 1 && producers[c] >= 2 * uint32_t(domains) ? striped : flat).push_back(c);
+    for (uint32_t c = 0; c < names_.size(); ++c) {
+      const bool slice = c >= slices_begin && c < slices_end;
+      (domains > 1 && !slice && producers[c] >= 2 * uint32_t(domains) ? striped : flat).push_back(c);
+    }
     std::vector<uint32_t> renumber(names_.size());
     for (uint32_t c : flat) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
     for (uint32_t c : striped) renumber[c] = uint32_t(s.counter_names.size()), s.counter_names.push_back(names_[c]);
@@ -112,6 +116,7 @@ class Builder {
       for (int w = 0; w < in.num_waits; ++w) in.waits[w].counter = renumber[in.waits[w].counter];
     }
     s.sample_counter = renumber[s.sample_counter];
+    if (s.h_slices.count > 0) s.h_slices.first_counter = renumber[s.h_slices.first_counter];
     s.sync_domains = striped.empty() ? 1 : domains;
     s.first_striped_counter = uint32_t(flat.size());
     return s;
@@ -147,6 +152,9 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   if (p.sync_domains < 1 || p.sync_domains > 32)
     fail("schedule: sync domains must be between 1 and 32, one warp's lanes (got {})", p.sync_domains);
   if (c.num_layers > 65535) fail("schedule: {} layers is more than the 65535 an instruction can name", c.num_layers);
+  if (p.h_slice_cols < 0 || p.h_slice_cols % 8 != 0)
+    fail("schedule: h slices must be a multiple of 8 columns (got {})", p.h_slice_cols);
+  if (W > 65535) fail("schedule: {} workgroups is more than the 65535 LM-head slots an instruction can name", W);
   Schedule s;
   s.num_workgroups = W;
   s.num_layers = c.num_layers;
@@ -169,8 +177,24 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
       for (int g = 0; g < groups; ++g) lc[size_t(l)].qkv.push_back(b.counter(fmt::format("layer {} qkv group {}", l, g)));
     lc[size_t(l)].attention = b.counter(fmt::format("layer {} attention", l));
     lc[size_t(l)].oproj = b.counter(fmt::format("layer {} o_proj", l));
-    lc[size_t(l)].gateup = b.counter(fmt::format("layer {} gate_up", l));
+    if (p.h_slice_cols == 0) lc[size_t(l)].gateup = b.counter(fmt::format("layer {} gate_up", l));
     lc[size_t(l)].down = b.counter(fmt::format("layer {} down", l));
+  }
+  // The h slices: one counter per layer and slice, all in one run (HSlices::counter).
+  const uint32_t N = uint32_t(c.intermediate_size);
+  const auto gateup_blocks = split_range(N, uint32_t(W));
+  HSlices& hs = s.h_slices;
+  if (p.h_slice_cols > 0) {
+    hs.cols = std::min(uint32_t(p.h_slice_cols), N);
+    hs.count = (N + hs.cols - 1) / hs.cols;
+    hs.producers.assign(hs.count, 0);
+    for (auto [r0, r1] : gateup_blocks)
+      for (uint32_t k = r0 / hs.cols; k <= (r1 - 1) / hs.cols; ++k) ++hs.producers[k];
+    for (int l = 0; l < c.num_layers; ++l)
+      for (uint32_t k = 0; k < hs.count; ++k) {
+        const uint32_t id = b.counter(fmt::format("layer {} h slice {}", l, k));
+        if (l == 0 && k == 0) hs.first_counter = id;
+      }
   }
   const uint32_t lm_done = b.counter("lm_head");
   s.sample_counter = b.counter("sample");
@@ -219,8 +243,31 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
       return n;
     };
     const uint32_t oproj_items = row_stage(Op::OProj, uint32_t(c.hidden_size), L.oproj, L.attention, attention_items);
-    const uint32_t gateup_items = row_stage(Op::GateUp, uint32_t(c.intermediate_size), L.gateup, L.oproj, oproj_items);
-    const uint32_t down_items = row_stage(Op::Down, uint32_t(c.hidden_size), L.down, L.gateup, gateup_items);
+    uint32_t down_items = 0;
+    if (hs.count == 0) {
+      const uint32_t gateup_items = row_stage(Op::GateUp, N, L.gateup, L.oproj, oproj_items);
+      down_items = row_stage(Op::Down, uint32_t(c.hidden_size), L.down, L.gateup, gateup_items);
+    } else {
+      // Slice-level dataflow: each gate_up block signals the slices of h its rows touch, and each down
+      // block waits for every slice in turn, just before it reads it (the kernel's and the emulator's
+      // down ops), so a late gate_up block delays the slices it writes, not the whole stage.
+      items = {};
+      for (auto [r0, r1] : gateup_blocks) {
+        Instr in = make(Op::GateUp, l, r0, r1, hs.counter(l, r0 / hs.cols));
+        in.flags = kSignalsHSlices;
+        add_wait(in, L.oproj, oproj_items);
+        items.push_back(in);
+      }
+      b.stage(std::move(items));
+      items = {};
+      for (auto [r0, r1] : split_range(uint32_t(c.hidden_size), uint32_t(W))) {
+        Instr in = make(Op::Down, l, r0, r1, L.down);
+        in.flags = kWaitsHSlices;
+        items.push_back(in);
+      }
+      down_items = uint32_t(items.size());
+      b.stage(std::move(items));
+    }
     prev_counter = L.down;
     prev_count = down_items;
   }
@@ -229,7 +276,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   uint32_t slot = 0;
   for (auto [r0, r1] : split_range(uint32_t(c.vocab_size), uint32_t(W))) {
     Instr in = make(Op::LMHead, 0, r0, r1, lm_done);
-    in.slot = slot++;
+    in.slot = uint16_t(slot++);
     add_wait(in, prev_counter, prev_count);
     lm.push_back(in);
   }

@@ -50,12 +50,20 @@ struct Wait {
   uint32_t lag = 0;
 };
 
+// Instr::flags. Slice-level dataflow over the intermediate vector h (Schedule::h_slices):
+// kSignalsHSlices: a gate_up block adds 1 to the counter of every h slice its rows touch (`signal` is
+//   unused); kWaitsHSlices: a down block waits for each slice of h just before it reads it, not for the
+//   whole gate_up stage (its `waits` then hold nothing for h).
+inline constexpr uint8_t kSignalsHSlices = 1, kWaitsHSlices = 2;
+
 struct Instr {
   Op op = Op::Embed;
   uint8_t num_waits = 0;
   uint16_t layer = 0;
   uint32_t begin = 0, end = 0;  // output rows [begin, end); Attention: begin = kv group, end = split
-  uint32_t slot = 0;            // LMHead: its partial-argmax slot
+  uint16_t slot = 0;            // LMHead: its partial-argmax slot
+  uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices
+  uint8_t reserved = 0;
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
   uint32_t seq = 0;     // position in the canonical order of one step (for diagnostics and checking)
@@ -72,6 +80,23 @@ struct ScheduleParams {
   // stage) get D stripes. Which workgroup is in which domain is decided where it runs (the GPU: the
   // topology probe's map of its SM; the emulator: workgroup % D); any assignment is correct.
   int sync_domains = 1;
+  // Slice-level dataflow between gate_up and down: h is cut into slices of this many columns (a multiple
+  // of 8; the last slice may be shorter); each down block waits for a slice just before reading it.
+  // 0: down waits for the whole gate_up stage.
+  int h_slice_cols = 0;
+};
+
+// The slices of h (ScheduleParams::h_slice_cols). Their counters are flat and consecutive: slice k of
+// layer l is counter first_counter + l * count + k, and a step is done with it when it reached
+// producers[k] (the gate_up blocks whose rows touch it) times the steps.
+struct HSlices {
+  uint32_t cols = 0;   // columns per slice; 0: no slices
+  uint32_t count = 0;  // slices per layer
+  uint32_t first_counter = 0;
+  std::vector<uint32_t> producers;
+
+  uint32_t counter(int layer, uint32_t k) const { return first_counter + uint32_t(layer) * count + k; }
+  uint32_t begin(uint32_t k) const { return k * cols; }
 };
 
 struct Schedule {
@@ -87,6 +112,7 @@ struct Schedule {
   // Counters [0, first_striped_counter) are flat; the rest have sync_domains stripes each.
   int sync_domains = 1;
   uint32_t first_striped_counter = 0;
+  HSlices h_slices;
 
   uint32_t num_counters() const { return uint32_t(counter_names.size()); }
   bool striped(uint32_t counter) const { return counter >= first_striped_counter; }

@@ -404,6 +404,130 @@ TEST(DependencyChecker, CatchesAPerDomainWaitOneProducerShort) {
   EXPECT_TRUE(caught) << "no interleaving exposed the missing producer";
 }
 
+// Slice-level dataflow between gate_up and down (issue 13, item 3): the gate_up blocks signal the h slices
+// their rows touch, each down block waits for each slice in turn, and the slice counters stay flat and
+// consecutive when the stage counters are striped.
+TEST(Schedule, HSlicesCountEveryGateUpBlockThatTouchesASlice) {
+  TinyModelSpec spec;
+  spec.intermediate = 96;
+  auto model = tiny(spec, "sched-slices");
+  for (int domains : {1, 4})
+    for (auto [W, cols] : {std::pair{16, 24}, std::pair{7, 40}, std::pair{40, 8}, std::pair{5, 96}, std::pair{5, 200}}) {
+      SCOPED_TRACE(fmt::format("{} workgroups, {} columns a slice, {} domains", W, cols, domains));
+      const Schedule s = build_schedule(model->config, ScheduleParams{W, 0, false, domains, cols});
+      const HSlices& hs = s.h_slices;
+      const uint32_t n = 96, width = uint32_t(std::min(cols, 96));
+      ASSERT_EQ(hs.cols, width);
+      ASSERT_EQ(hs.count, (n + width - 1) / width);
+      // Count, from the instructions, which gate_up blocks touch each slice of layer 1.
+      std::vector<uint32_t> touching(hs.count, 0);
+      int downs = 0;
+      for (const Instr& in : s.instrs) {
+        if (in.layer != 1) continue;
+        if (in.op == Op::GateUp) {
+          EXPECT_EQ(in.flags, kSignalsHSlices);
+          for (uint32_t r = in.begin; r < in.end; ++r)
+            if (r == in.begin || r % width == 0) ++touching[r / width];
+        }
+        if (in.op == Op::Down) {
+          EXPECT_EQ(in.flags, kWaitsHSlices);
+          EXPECT_EQ(in.num_waits, 0);
+          ++downs;
+        }
+      }
+      EXPECT_EQ(touching, hs.producers);
+      EXPECT_EQ(downs, std::min(W, 64));
+      for (int l = 0; l < model->config.num_layers; ++l)
+        for (uint32_t k = 0; k < hs.count; ++k) {
+          EXPECT_FALSE(s.striped(hs.counter(l, k)));
+          EXPECT_EQ(s.counter_names[hs.counter(l, k)], fmt::format("layer {} h slice {}", l, k));
+        }
+    }
+  EXPECT_THROW(build_schedule(model->config, ScheduleParams{16, 0, false, 1, 12}), Error);  // not a multiple of 8
+}
+
+// Reading h slice by slice sums each row in the same order as reading it whole, so the results are bit
+// for bit those of the whole-stage wait, under every interleaving and slice width.
+TEST(Emulator, HSlicesComputeWhatTheWholeStageWaitDoes) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Qwen2;
+  spec.intermediate = 136;
+  spec.eos = {};
+  auto model = tiny(spec, "emu-slices");
+  SameAsFirstRun runs(*model, 10);
+  for (int cols : {0, 8, 24, 64, 136})
+    for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+      EmulatorOptions opt;
+      opt.num_workgroups = 12;
+      opt.context = 40;
+      opt.h_slice_cols = cols;
+      opt.sync_domains = cols == 24 ? 3 : 1;
+      opt.interleaving = policy;
+      opt.interleave_seed = uint64_t(cols + 1);
+      opt.record_logits = true;
+      ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("{} columns a slice, {}", cols, interleaving_name(policy))));
+    }
+}
+
+// A planted missing slice wait: one slice's target is zero, so every down block reads that slice of h
+// without waiting for the gate_up blocks that write it. The checker names the down block, the gate_up
+// block and the buffer, under every interleaving (the slice counters carry the ordering of all the others).
+// A tiny model whose h (96) is three slices of 32, on `workgroups` workgroups: the model, emulator
+// options and the schedule with those slices.
+struct ThreeSlices {
+  std::unique_ptr<Model> model;
+  EmulatorOptions opt;
+  Schedule schedule;
+};
+ThreeSlices three_slices(const std::string& tag, int workgroups, int context) {
+  TinyModelSpec spec;
+  spec.intermediate = 96;
+  ThreeSlices t;
+  t.model = tiny(spec, tag);
+  t.opt.num_workgroups = workgroups;
+  t.opt.context = context;
+  t.schedule = build_schedule(t.model->config, ScheduleParams{workgroups, 0, false, 1, 32});
+  return t;
+}
+
+TEST(DependencyChecker, CatchesAMissingSliceWait) {
+  ThreeSlices t = three_slices("dep-slices", 12, 32);
+  const Model* model = t.model.get();
+  EmulatorOptions& opt = t.opt;
+  const Schedule& good = t.schedule;
+  ASSERT_EQ(good.h_slices.count, 3u);
+  Schedule bad = good;
+  bad.h_slices.producers[1] = 0;
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    opt.interleaving = policy;
+    SCOPED_TRACE(interleaving_name(policy));
+    const std::string msg = run_and_catch(*model, bad, opt);
+    EXPECT_THAT(msg, HasSubstr("dependency violation"));
+    EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step [0-9]+, workgroup [0-9]+: layer [01] down rows \\[[0-9]+, [0-9]+\\)\n"
+                                              "  producer: step [0-9]+, workgroup [0-9]+: layer [01] gate_up rows \\[(3[2-9]|[4-5][0-9]|6[0-3]), [0-9]+\\)\n"
+                                              "  buffer mlp activations"));
+    EXPECT_EQ(run_and_catch(*model, good, opt), "");
+  }
+  // A down block that skips its slice waits altogether is caught the same way.
+  Schedule unflagged = good;
+  for (auto& in : unflagged.instrs)
+    if (in.op == Op::Down && in.layer == 0) {
+      in.flags = 0;
+      break;
+    }
+  EXPECT_THAT(run_and_catch(*model, unflagged, opt), ::testing::ContainsRegex("consumer: step 0, workgroup [0-9]+: layer 0 down rows"));
+}
+
+// A slice whose producers never all come: a deadlock naming the slice counter the down blocks wait for.
+TEST(Emulator, ReportsADeadlockOnAnHSlice) {
+  ThreeSlices t = three_slices("deadlock-slices", 6, 16);
+  t.schedule.h_slices.producers[2] += 1;
+  const std::string msg = run_and_catch(*t.model, t.schedule, t.opt);
+  EXPECT_THAT(msg, HasSubstr("deadlock"));
+  EXPECT_THAT(msg, HasSubstr("layer 0 down rows"));
+  EXPECT_THAT(msg, HasSubstr("the first incomplete one: counter 'layer 0 h slice 2'"));
+}
+
 TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {
   // If layer 1's QKV no longer waits for layer 0's down projection, it overwrites nothing it should not,
   // but it reads x while down still writes it: caught as an unordered read of the residual stream.

@@ -43,6 +43,7 @@ struct Emulator::Impl : emu::EmulatorState {
   struct Workgroup {
     uint32_t step = 0;
     uint32_t pc = 0;  // index into its list; == size: at the next step gate
+    uint32_t slice = 0;  // an instruction that reads h slice by slice: the next slice it reads
     bool gate_passed = true;  // step 0 has no gate
     bool done = false;
   };
@@ -70,9 +71,30 @@ struct Emulator::Impl : emu::EmulatorState {
     const uint32_t begin = schedule.wg_begin[size_t(w)], end = schedule.wg_begin[size_t(w) + 1];
     if (begin + g.pc == end) return true;  // moves to the next step's gate
     const Instr& in = schedule.instrs[begin + g.pc];
-    for (int i = 0; i < in.num_waits; ++i)
-      if (value(in.waits[i].counter) < target(in.waits[i], g.step)) return false;
+    if (g.slice == 0)
+      for (int i = 0; i < in.num_waits; ++i)
+        if (value(in.waits[i].counter) < target(in.waits[i], g.step)) return false;
+    if (in.flags & kWaitsHSlices) return value(h_slice_counter(in, g.slice)) >= h_slice_target(g.slice, g.step);
     return true;
+  }
+
+  uint32_t h_slice_counter(const Instr& in, uint32_t k) const { return schedule.h_slices.counter(in.layer, k); }
+  uint32_t h_slice_target(uint32_t k, uint32_t step) const { return schedule.h_slices.producers[k] * (step + 1); }
+
+  // One slice of an instruction that reads h slice by slice (the waits were checked by ready()); true
+  // when it was the last.
+  bool advance_slice(int w, Workgroup& g, const Instr& in, const OpCtx& c) {
+    if (checker) acquire(w, h_slice_counter(in, g.slice), h_slice_target(g.slice, g.step));
+    emu::emulate_down_slice(*this, c, in, g.slice);
+    if (++g.slice < schedule.h_slices.count) return false;
+    g.slice = 0;
+    return true;
+  }
+
+  void signal(int w, uint32_t counter) {
+    const uint32_t line = schedule.line(counter, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
+    if (checker) checker->release(w, line);
+    ++counters[line];
   }
 
   void advance(int w, Workgroup& g) {
@@ -96,12 +118,20 @@ struct Emulator::Impl : emu::EmulatorState {
     }
     const uint32_t index = begin + g.pc;
     const Instr& in = schedule.instrs[index];
-    if (checker)
+    if (checker && g.slice == 0)
       for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
-    execute(in, OpCtx{w, emu::InstrRef{g.step, index, in.seq}}, g.step);
-    const uint32_t signalled = schedule.line(in.signal, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
-    if (checker) checker->release(w, signalled);
-    ++counters[signalled];
+    const OpCtx c{w, emu::InstrRef{g.step, index, in.seq}};
+    if (in.flags & kWaitsHSlices) {
+      if (!advance_slice(w, g, in, c)) return;
+    } else {
+      execute(in, c, g.step);
+    }
+    if (in.flags & kSignalsHSlices) {
+      const HSlices& hs = schedule.h_slices;
+      for (uint32_t k = in.begin / hs.cols; k <= (in.end - 1) / hs.cols; ++k) signal(w, hs.counter(in.layer, k));
+    } else {
+      signal(w, in.signal);
+    }
     ++g.pc;
   }
 
@@ -121,6 +151,7 @@ struct Emulator::Impl : emu::EmulatorState {
 
   void launch() {
     counters.assign(schedule.counter_lines(), 0);
+    partial_sums.assign(size_t(schedule.num_workgroups), {});
     std::vector<Workgroup> wgs(size_t(schedule.num_workgroups));
     std::mt19937_64 rng(opt.interleave_seed);
     std::vector<int> runnable;
@@ -176,7 +207,8 @@ struct Emulator::Impl : emu::EmulatorState {
 
 Emulator::Emulator(const Model& model, const EmulatorOptions& options)
     : Emulator(model,
-               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, false, options.sync_domains}),
+               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, false, options.sync_domains,
+                                                           options.h_slice_cols}),
                options) {}
 
 Emulator::Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options)

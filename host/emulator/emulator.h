@@ -24,6 +24,9 @@ struct EmulatorOptions {
   int context = 1024;
   int attention_splits = 0;  // 0: as build_schedule chooses
   int sync_domains = 1;      // ScheduleParams::sync_domains; workgroup w signals stripe w % D
+  // ScheduleParams::h_slice_cols: down reads h slice by slice (0: after the whole gate_up stage, as the
+  // GPU kernel does).
+  int h_slice_cols = 0;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)

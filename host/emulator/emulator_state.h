@@ -65,6 +65,9 @@ struct EmulatorState {
     std::chrono::steady_clock::time_point t0;
   } run;
   std::vector<unsigned> counters;  // one value per counter line (Schedule::counter_lines)
+  // Per workgroup: the running sums of an instruction that reads its input slice by slice (a down block
+  // with kWaitsHSlices), kept from one slice to the next as the kernel keeps them.
+  std::vector<std::vector<float>> partial_sums;
   std::optional<DependencyChecker> checker;
 
 
@@ -97,9 +100,11 @@ struct EmulatorState {
   float wt(uint64_t offset, size_t i) const { return load_as_float(weights.data() + offset, layout.matrix_dtype, int64_t(i)); }
   const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(weights.data() + offset); }
   // dot(row `r` of matrix at `offset` with `cols` columns, v), accumulated in fp32 like the kernel.
-  float dot_row(uint64_t offset, size_t r, size_t cols, const float* v) const {
-    float acc = 0.f;
-    for (size_t c = 0; c < cols; ++c) acc += wt(offset, r * cols + c) * v[c];
+  float dot_row(uint64_t offset, size_t r, size_t cols, const float* v) const { return dot_row_part(offset, r, cols, 0, cols, v, 0.f); }
+  // The same sum continued over columns [c0, c1) from `acc` (v holds those columns): summing a row slice
+  // by slice, in order, gives dot_row's value bit for bit.
+  float dot_row_part(uint64_t offset, size_t r, size_t cols, size_t c0, size_t c1, const float* v, float acc) const {
+    for (size_t c = c0; c < c1; ++c) acc += wt(offset, r * cols + c) * v[c - c0];
     return acc;
   }
   std::vector<float> rms_norm(const float* v, size_t n, const float* weight) const {

@@ -13,4 +13,22 @@ void emulate_down(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t st
   std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
 }
 
+void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t k) {
+  const LayerOffsets& L = s.layout.layers[in.layer];
+  const HSlices& hs = s.schedule.h_slices;
+  const size_t N = s.h.data.size(), c0 = hs.begin(k), c1 = std::min(N, c0 + hs.cols);
+  std::vector<float>& acc = s.partial_sums[size_t(c.wg)];
+  if (k == 0) acc.assign(in.end - in.begin, 0.f);
+  const float* act = s.read(c, s.h, c0, c1);
+  for (uint32_t r = in.begin; r < in.end; ++r)
+    acc[r - in.begin] = s.dot_row_part(L.w_down, r, N, c0, c1, act, acc[r - in.begin]);
+  if (k + 1 < hs.count) return;
+  // The residual rows are read only now, after every slice's wait: those waits are what order this
+  // block after the o_proj blocks that wrote them and the gate_up blocks that read all of x.
+  const float* xin = s.read(c, s.x, in.begin, in.end);
+  std::vector<float> updated(in.end - in.begin);
+  for (uint32_t r = in.begin; r < in.end; ++r) updated[r - in.begin] = xin[r - in.begin] + acc[r - in.begin];
+  std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
+}
+
 }  // namespace mk::emu

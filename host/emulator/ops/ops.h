@@ -17,6 +17,10 @@ namespace mk::emu {
 MK_FOR_EACH_OP(MK_EMULATE_DECL)
 #undef MK_EMULATE_DECL
 
+// A down block that reads h slice by slice (kWaitsHSlices): slice k's part of its rows' sums; the last
+// slice adds them to the residual rows. The executor calls it once per slice, each after that slice's wait.
+void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t k);
+
 // Runs instruction `in` of `step` on the state.
 inline void emulate(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   switch (in.op) {
