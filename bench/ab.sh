@@ -39,8 +39,11 @@ import collections, glob, json, os, sys
 folder, names = sys.argv[1], sys.argv[2:]
 rows = collections.defaultdict(dict)
 for f in glob.glob(os.path.join(folder, "*.json")):
-    name, rest = os.path.basename(f)[:-5].split("_", 1)
-    preset, r = rest.rsplit("_r", 1)
+    base = os.path.basename(f)[:-5]
+    name = max((n for n in names if base.startswith(n + "_")), key=len, default=None)  # names may hold "_"
+    if name is None:
+        continue
+    preset, r = base[len(name) + 1:].rsplit("_r", 1)
     try:
         d = json.load(open(f))
     except Exception as e:
