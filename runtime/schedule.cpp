@@ -189,7 +189,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     hs.count = (N + hs.cols - 1) / hs.cols;
     hs.producers.assign(hs.count, 0);
     for (auto [r0, r1] : gateup_blocks)
-      for (uint32_t k = r0 / hs.cols; k <= (r1 - 1) / hs.cols; ++k) ++hs.producers[k];
+      for (uint32_t k = hs.first_touched(r0); k <= hs.last_touched(r1); ++k) ++hs.producers[k];
     for (int l = 0; l < c.num_layers; ++l)
       for (uint32_t k = 0; k < hs.count; ++k) {
         const uint32_t id = b.counter(fmt::format("layer {} h slice {}", l, k));
@@ -253,7 +253,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
       // down ops), so a late gate_up block delays the slices it writes, not the whole stage.
       items = {};
       for (auto [r0, r1] : gateup_blocks) {
-        Instr in = make(Op::GateUp, l, r0, r1, hs.counter(l, r0 / hs.cols));
+        Instr in = make(Op::GateUp, l, r0, r1, hs.counter(l, hs.first_touched(r0)));
         in.flags = kSignalsHSlices;
         add_wait(in, L.oproj, oproj_items);
         items.push_back(in);

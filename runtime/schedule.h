@@ -97,6 +97,9 @@ struct HSlices {
 
   uint32_t counter(int layer, uint32_t k) const { return first_counter + uint32_t(layer) * count + k; }
   uint32_t begin(uint32_t k) const { return k * cols; }
+  // The slices that rows [r0, r1) of h touch: first_touched(r0) .. last_touched(r1), both included.
+  uint32_t first_touched(uint32_t r0) const { return r0 / cols; }
+  uint32_t last_touched(uint32_t r1) const { return (r1 - 1) / cols; }
 };
 
 struct Schedule {

@@ -128,7 +128,7 @@ struct Emulator::Impl : emu::EmulatorState {
     }
     if (in.flags & kSignalsHSlices) {
       const HSlices& hs = schedule.h_slices;
-      for (uint32_t k = in.begin / hs.cols; k <= (in.end - 1) / hs.cols; ++k) signal(w, hs.counter(in.layer, k));
+      for (uint32_t k = hs.first_touched(in.begin); k <= hs.last_touched(in.end); ++k) signal(w, hs.counter(in.layer, k));
     } else {
       signal(w, in.signal);
     }
