@@ -96,6 +96,8 @@ struct HSlices {
   std::vector<uint32_t> producers;
 
   uint32_t counter(int layer, uint32_t k) const { return first_counter + uint32_t(layer) * count + k; }
+  // What slice k's counter reaches once step `step`'s producers are all done.
+  uint32_t target(uint32_t k, uint32_t step) const { return producers[k] * (step + 1); }
   uint32_t begin(uint32_t k) const { return k * cols; }
   // The slices that rows [r0, r1) of h touch: first_touched(r0) .. last_touched(r1), both included.
   uint32_t first_touched(uint32_t r0) const { return r0 / cols; }

@@ -35,11 +35,11 @@ std::string describe_blocked(const Schedule& s, std::vector<WorkgroupPosition> b
       const HSlices& hs = s.h_slices;
       uint32_t k = 0;  // the first slice not yet complete, where the counters are known
       if (counters)
-        while (k + 1 < hs.count && (*counters)[hs.counter(in.layer, k)] >= hs.producers[k] * (p.step + 1)) ++k;
+        while (k + 1 < hs.count && (*counters)[hs.counter(in.layer, k)] >= hs.target(k, p.step)) ++k;
       const uint32_t c = hs.counter(in.layer, k);
       text += fmt::format("\n    waits for the {} slices of h in turn{} counter '{}' to reach {}{}", hs.count,
                           counters ? "; the first incomplete one:" : ", starting with", s.counter_names[c],
-                          hs.producers[k] * (p.step + 1), now(c));
+                          hs.target(k, p.step), now(c));
     }
   }
   if (blocked.size() > max_shown) text += fmt::format("\n  ... and {} more", blocked.size() - max_shown);

@@ -74,17 +74,16 @@ struct Emulator::Impl : emu::EmulatorState {
     if (g.slice == 0)
       for (int i = 0; i < in.num_waits; ++i)
         if (value(in.waits[i].counter) < target(in.waits[i], g.step)) return false;
-    if (in.flags & kWaitsHSlices) return value(h_slice_counter(in, g.slice)) >= h_slice_target(g.slice, g.step);
+    if (in.flags & kWaitsHSlices) return value(h_slice_counter(in, g.slice)) >= schedule.h_slices.target(g.slice, g.step);
     return true;
   }
 
   uint32_t h_slice_counter(const Instr& in, uint32_t k) const { return schedule.h_slices.counter(in.layer, k); }
-  uint32_t h_slice_target(uint32_t k, uint32_t step) const { return schedule.h_slices.producers[k] * (step + 1); }
 
   // One slice of an instruction that reads h slice by slice (the waits were checked by ready()); true
   // when it was the last.
   bool advance_slice(int w, Workgroup& g, const Instr& in, const OpCtx& c) {
-    if (checker) acquire(w, h_slice_counter(in, g.slice), h_slice_target(g.slice, g.step));
+    if (checker) acquire(w, h_slice_counter(in, g.slice), schedule.h_slices.target(g.slice, g.step));
     emu::emulate_down_slice(*this, c, in, g.slice);
     if (++g.slice < schedule.h_slices.count) return false;
     g.slice = 0;
