@@ -146,6 +146,8 @@ int run(int argc, char** argv) {
   app.add_option("--preset", preset, fmt::format("real model shape, random weights ({})", fmt::join(mk::preset_names(), ", ")))
       ->capture_default_str();
   app.add_option("-m,--model", model_dir, "a Hugging Face model directory instead of a preset");
+  mk::Quantize quantize = mk::Quantize::None;
+  mk::cli::add_quantize_option(app, quantize);
   app.add_option("--depths", depths_text, "context depths, comma-separated")->capture_default_str();
   app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(mk::cli::int_range(2, 100000));
   app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(mk::cli::int_range(1, 1000));
@@ -204,7 +206,9 @@ int run(int argc, char** argv) {
   std::string why;
   if (!mk::gpu_available(&why)) mk::fail("mk-bench needs a GPU; none is usable here: {}", why);
   const auto ceilings = mk::measure_bandwidth();
-  std::unique_ptr<mk::Model> model = model_dir.empty() ? mk::preset_model(preset) : mk::load_model(model_dir);
+  std::unique_ptr<mk::Model> model =
+      model_dir.empty() ? mk::preset_model(preset, quantize == mk::Quantize::Fp8 ? mk::MatrixFormat::FP8 : mk::MatrixFormat::BF16)
+                        : mk::load_model(model_dir, mk::LoadOptions{quantize, mk::cli::print_quantize_progress});
   mk::GpuOptions opt;
   opt.context = max_depth + tokens + 1;
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;

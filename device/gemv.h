@@ -13,26 +13,113 @@ namespace mk::dev {
 constexpr int kWarps = kThreads / MK_WARP_SIZE;
 __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / MK_WARP_SIZE; }
 
-// 8 weights (one 16-byte load) times 8 activations (a: the first four, b: the last four).
-template <bool kFp16>
-__device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-  float lo[4], hi[4];
+// How a GEMV reads a row of each matrix format (runtime/matrix_format.h): in pieces of 8 weights, piece c
+// holding the row's elements 8c..8c+7, times the activations of those elements (a: the first four, b:
+// the last four). A format with scales multiplies each piece's sum by its group's scale (scaled()).
+template <MatrixFormat F>
+struct RowFormat;
+
+template <>
+struct RowFormat<MatrixFormat::BF16> {
+  using Piece = uint4;  // 8 bf16
+  static constexpr bool kScaled = false;
+  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    float lo[4], hi[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (kFp16) {
-      __half2 h2;
-      static_assert(sizeof(h2) == 4, "half2 is two halves");
-      __builtin_memcpy(&h2, &words[i], 4);
-      const float2 f = __half22float2(h2);
-      lo[i] = f.x;
-      hi[i] = f.y;
-    } else {
+    for (int i = 0; i < 4; ++i) {
       lo[i] = __uint_as_float(words[i] << 16);
       hi[i] = __uint_as_float(words[i] & 0xffff0000u);
     }
+    return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
   }
-  return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
+  __device__ static __forceinline__ float value(const uint8_t* row, int c) { return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]); }
+};
+
+template <>
+struct RowFormat<MatrixFormat::F16> {
+  using Piece = uint4;  // 8 halves
+  static constexpr bool kScaled = false;
+  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    float lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = half2_bits_to_float2(words[i]);
+      lo[i] = f.x;
+      hi[i] = f.y;
+    }
+    return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
+  }
+  __device__ static __forceinline__ float value(const uint8_t* row, int c) {
+    return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(row)[c]));
+  }
+};
+
+// fp8 E4M3: a piece is 8 bytes, decoded to halves, then to floats; the products and sums are fp32, as
+// for the other formats. A piece's sum is scaled by its group's scale (and by kUnit, the decoding's
+// unit).
+template <>
+struct RowFormat<MatrixFormat::FP8> {
+  using Piece = uint2;  // 8 fp8
+  static constexpr bool kScaled = true;
+#if defined(MK_PLATFORM_NVIDIA)
+  // Hopper converts two fp8 to a half2 in one instruction (F2FP), exactly: every e4m3 value is a half.
+  // 7% faster at Llama-3.1-8B than the bit operations below, which the AMD build uses (H200, docs/log.md).
+  static constexpr float kUnit = 1.0f;
+  // a.x * v0 + a.y * v1 + a.z * v2 + a.w * v3 for the four fp8 of `word` (v0 in the low byte).
+  __device__ static __forceinline__ float dot4(uint32_t word, float4 a) {
+    uint32_t lo, hi;  // bytes 0, 1 and bytes 2, 3 as half2
+    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h; }" : "=r"(lo), "=r"(hi) : "r"(word));
+    const float2 p = half2_bits_to_float2(lo), q = half2_bits_to_float2(hi);
+    return p.x * a.x + p.y * a.y + q.x * a.z + q.y * a.w;
+  }
+#else
+  // Each byte's exponent and mantissa bits, moved into a half's, make a half worth value / 256
+  // (runtime/dtype.h): a word of four fp8 becomes two half2 with a few bit operations.
+  static constexpr float kUnit = kFp8HalfScale;
+  // a.x * v0 + a.y * v1 + a.z * v2 + a.w * v3 for the four fp8 of `word` (v0 in the low byte), / 256.
+  __device__ static __forceinline__ float dot4(uint32_t word, float4 a) {
+    const float2 even = half2_bits_to_float2(((word & 0x00800080u) << 8) | ((word & 0x007f007fu) << 7));  // bytes 0, 2
+    const float2 odd = half2_bits_to_float2((word & 0x80008000u) | ((word & 0x7f007f00u) >> 1));         // bytes 1, 3
+    return even.x * a.x + odd.x * a.y + even.y * a.z + odd.y * a.w;
+  }
+#endif
+  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) { return dot4(w.x, a) + dot4(w.y, b); }
+  // The factor of piece c's sum: its group's scale (after the row's `cols` values); the sum is first
+  // brought back from dot4's unit (a separate multiply: scale * kUnit could overflow).
+  __device__ static __forceinline__ float scale(const uint8_t* row, int cols, int c) {
+    return reinterpret_cast<const float*>(row + cols)[c / (kScaleGroup / 8)];
+  }
+  __device__ static __forceinline__ float scale_global(const uint8_t* row, int cols, int c) {
+    return load_weight(reinterpret_cast<const float*>(row + cols) + c / (kScaleGroup / 8));
+  }
+  __device__ static __forceinline__ float value(const uint8_t* row, int cols, int c) {
+    return fp8_e4m3_to_float(row[c]) * reinterpret_cast<const float*>(row + cols)[c / kScaleGroup];
+  }
+};
+
+// Piece c of a row times (a, b), scaled when the format has scales: in shared memory (the weight
+// stream's slots) and in global memory (the register path).
+template <MatrixFormat F>
+__device__ __forceinline__ float piece_dot(typename RowFormat<F>::Piece w, const uint8_t* row, int cols, int c, float4 a, float4 b) {
+  const float d = RowFormat<F>::dot(w, a, b);
+  if constexpr (RowFormat<F>::kScaled) return d * RowFormat<F>::kUnit * RowFormat<F>::scale(row, cols, c);
+  else return d;
+}
+template <MatrixFormat F>
+__device__ __forceinline__ float piece_dot_global(typename RowFormat<F>::Piece w, const uint8_t* row, int cols, int c, float4 a,
+                                                  float4 b) {
+  const float d = RowFormat<F>::dot(w, a, b);
+  if constexpr (RowFormat<F>::kScaled) return d * RowFormat<F>::kUnit * RowFormat<F>::scale_global(row, cols, c);
+  else return d;
+}
+
+// Element c of a row (the embedding's gather).
+template <MatrixFormat F>
+__device__ __forceinline__ float row_value(const uint8_t* row, int cols, int c) {
+  if constexpr (RowFormat<F>::kScaled) return RowFormat<F>::value(row, cols, c);
+  else return RowFormat<F>::value(row, c);
 }
 
 // The activation vector of a GEMV lives in shared memory in two planes: float4 c of the first plane holds
@@ -42,32 +129,44 @@ __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b) {
 // Float4 index, in the planes, of float4 q (elements 4q..4q+3) of an n-element vector.
 __device__ __forceinline__ int plane_quad(int q, int n8) { return (q & 1) ? n8 + (q >> 1) : (q >> 1); }
 
-// The first batch of 16-byte weight loads of two rows (the rest follow in warp_two_row_dot).
+// The first batch of weight pieces of two rows (the rest follow in warp_two_row_dot).
 constexpr int kUnroll = 4;
 constexpr int kFirst = 4;
+template <MatrixFormat F>
 struct FirstBatch {
-  uint4 a[kFirst], b[kFirst];
+  using Piece = typename RowFormat<F>::Piece;
+  Piece a[kFirst], b[kFirst];
 };
 
-__device__ __forceinline__ void issue_first_batch(const uint8_t* row0, const uint8_t* row1, int cols, FirstBatch& f) {
-  const uint4* a = reinterpret_cast<const uint4*>(row0);
-  const uint4* b = reinterpret_cast<const uint4*>(row1);
+template <class Piece>
+__device__ __forceinline__ Piece zero_piece() {
+  Piece z;
+  __builtin_memset(&z, 0, sizeof(z));
+  return z;
+}
+
+template <MatrixFormat F>
+__device__ __forceinline__ void issue_first_batch(const uint8_t* row0, const uint8_t* row1, int cols, FirstBatch<F>& f) {
+  using Piece = typename RowFormat<F>::Piece;
+  const Piece* a = reinterpret_cast<const Piece*>(row0);
+  const Piece* b = reinterpret_cast<const Piece*>(row1);
   const int n = cols / 8;
 #pragma unroll
   for (int u = 0; u < kFirst; ++u) {
     const int c = lane_id() + u * MK_WARP_SIZE;
-    f.a[u] = (row0 && c < n) ? load_weight(a + c) : make_uint4(0, 0, 0, 0);
-    f.b[u] = (row1 && c < n) ? load_weight(b + c) : make_uint4(0, 0, 0, 0);
+    f.a[u] = (row0 && c < n) ? load_weight(a + c) : zero_piece<Piece>();
+    f.b[u] = (row1 && c < n) ? load_weight(b + c) : zero_piece<Piece>();
   }
 }
 
 // One warp, two rows at once (their loads interleaved): out0 = dot(row0, x), out1 = dot(row1, x), x in
 // planes; row1 may be null. `first` holds the already issued first batch.
-template <bool kFp16>
-__device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int cols, const float4* x, const FirstBatch& first,
+template <MatrixFormat F>
+__device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int cols, const float4* x, const FirstBatch<F>& first,
                                  float& out0, float& out1) {
-  const uint4* a = reinterpret_cast<const uint4*>(row0);
-  const uint4* b = reinterpret_cast<const uint4*>(row1);
+  using Piece = typename RowFormat<F>::Piece;
+  const Piece* a = reinterpret_cast<const Piece*>(row0);
+  const Piece* b = reinterpret_cast<const Piece*>(row1);
   const int n = cols / 8;
   float acc0 = 0.f, acc1 = 0.f;
 #pragma unroll
@@ -75,25 +174,25 @@ __device__ void warp_two_row_dot(const uint8_t* row0, const uint8_t* row1, int c
     const int c = lane_id() + u * MK_WARP_SIZE;
     if (c < n) {
       const float4 lo = x[c], hi = x[n + c];
-      acc0 += dot8<kFp16>(first.a[u], lo, hi);
-      if (row1) acc1 += dot8<kFp16>(first.b[u], lo, hi);
+      acc0 += piece_dot_global<F>(first.a[u], row0, cols, c, lo, hi);
+      if (row1) acc1 += piece_dot_global<F>(first.b[u], row1, cols, c, lo, hi);
     }
   }
   for (int c0 = lane_id() + MK_WARP_SIZE * kFirst; c0 < n; c0 += MK_WARP_SIZE * kUnroll) {
-    uint4 wa[kUnroll], wb[kUnroll];
+    Piece wa[kUnroll], wb[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * MK_WARP_SIZE;
-      wa[u] = c < n ? load_weight(a + c) : make_uint4(0, 0, 0, 0);
-      wb[u] = (row1 && c < n) ? load_weight(b + c) : make_uint4(0, 0, 0, 0);
+      wa[u] = c < n ? load_weight(a + c) : zero_piece<Piece>();
+      wb[u] = (row1 && c < n) ? load_weight(b + c) : zero_piece<Piece>();
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * MK_WARP_SIZE;
       if (c < n) {
         const float4 lo = x[c], hi = x[n + c];
-        acc0 += dot8<kFp16>(wa[u], lo, hi);
-        if (row1) acc1 += dot8<kFp16>(wb[u], lo, hi);
+        acc0 += piece_dot_global<F>(wa[u], row0, cols, c, lo, hi);
+        if (row1) acc1 += piece_dot_global<F>(wb[u], row1, cols, c, lo, hi);
       }
     }
   }
@@ -162,15 +261,6 @@ __device__ inline void norm_input_to_planes(const float* x, const float* weight_
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) total += red[w];  // fixed order: every warp gets the same value
   if (lane_id() == 0) red[kWarps + warp_id()] = 1.0f / sqrtf(total / float(n) + eps);
-}
-
-template <bool kFp16>
-__device__ __forceinline__ float weight_value(uint16_t bits) {
-  if constexpr (kFp16) {
-    return __half2float(__ushort_as_half(bits));
-  } else {
-    return bf16_bits_to_float(bits);
-  }
 }
 
 }  // namespace mk::dev

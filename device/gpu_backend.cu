@@ -23,6 +23,7 @@
 #include "runtime/limits.h"
 #include "runtime/rope.h"
 #include "runtime/schedule.h"
+#include "runtime/quantize.h"
 #include "runtime/schedule_diagnostics.h"
 #include "runtime/weight_layout.h"
 
@@ -132,7 +133,7 @@ class MonokernelBackend final : public GpuBackend {
       fail("context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
-    layout_ = plan_weight_layout(cfg_, matrix_dtype_for(model));
+    layout_ = plan_weight_layout(cfg_, matrix_format_for(model));
     schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
@@ -141,7 +142,7 @@ class MonokernelBackend final : public GpuBackend {
            cfg_.head_dim, cfg_.group_size());
     // The streamed kernel for planning the shared memory (its static part is the largest); the final
     // choice follows the plan.
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, true, opt.profile, grouped, false);
+    kernel_ = dev::monokernel_entry(layout_.format, true, opt.profile, grouped, false);
     for (size_t u = 0; u < opt.unit_domain.size(); ++u)
       if (opt.unit_domain[u] < -1 || opt.unit_domain[u] >= opt.sync_domains)
         fail("sync domains: hardware unit {} is mapped to domain {}, outside 0..{}", u, opt.unit_domain[u], opt.sync_domains - 1);
@@ -159,8 +160,8 @@ class MonokernelBackend final : public GpuBackend {
     plan_weight_stream(size_t(max_smem));
     // Attention's tile-path kernel now; the long-context one on the first launch that needs it (launch
     // below), so that sessions that never reach long contexts set up nothing more.
-    kernel_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile, grouped, false);
-    kernel_long_ = dev::monokernel_entry(layout_.matrix_dtype == DType::F16, stream_slots_ > 0, opt.profile, grouped, true);
+    kernel_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, false);
+    kernel_long_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, true);
     prepare_kernel(kernel_);
     check_memory_budget();
     allocate_and_upload();

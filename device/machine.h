@@ -17,15 +17,16 @@ namespace mk::dev {
 // in a register, live across every instruction's body, made the long-context profiling kernels spill.
 __shared__ unsigned long long profile_prologue_end;
 
-// Fp16: F16 weights (else BF16); Stream: GEMV weights come through the weight stream (else straight into
+// Format: the weight matrices' format (runtime/matrix_format.h); Stream: GEMV weights come through the weight stream (else straight into
 // registers); Profile: the timers of --profile / --trace are compiled in; LongContext: attention's warp
 // path (device/ops/attention.h), for launches that reach long splits (attention_long_context). Each combination is its own
 // kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
 // 3.1-8B on an H200 than one kernel with run-time switches, both with the aligned shared memory
 // (docs/log.md, fifth session).
-template <bool Fp16, bool Stream, bool Profile, bool LongContext>
+template <MatrixFormat Format, bool Stream, bool Profile, bool LongContext>
 struct Machine {
-  static constexpr bool kFp16 = Fp16, kStream = Stream, kProfile = Profile, kLongContext = LongContext;
+  static constexpr MatrixFormat kFormat = Format;
+  static constexpr bool kStream = Stream, kProfile = Profile, kLongContext = LongContext;
   const KernelParams& p;
   float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
   float* red;   // 2 * kWarps floats: the norm's partial sums, then each warp's copy of 1 / rms
@@ -60,7 +61,7 @@ struct Machine {
 
   __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
   __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
-  __device__ size_t row_bytes(int cols) const { return size_t(cols) * 2; }
+  __device__ size_t row_bytes(int cols) const { return size_t(matrix_row_bytes(kFormat, cols)); }
 
   // One GEMV instruction: `prologue()` (block-wide, ends with __syncthreads) fills the activation vector
   // (planes, at the start of smem); then each row r of [begin, end) is dotted with it and `emit(r, v0,
@@ -86,23 +87,26 @@ struct Machine {
       if (lane_id() == 0) ws.produce(step, index);
       return;
     }
+    using Piece = typename RowFormat<kFormat>::Piece;
     const int n8 = s.cols / 8;
     const uint32_t base = ws.st.base, rpc = uint32_t(s.rows_per_chunk);
     for (uint32_t j = uint32_t(warp_id() - 1); j < s.rows(); j += uint32_t(kWarps - 1)) {
       const uint32_t chunk = j / rpc, seq = base + chunk;
       ws.wait_chunk(seq);
-      const uint4* w0 = reinterpret_cast<const uint4*>(ws.slot_data(seq) + size_t(j % rpc) * size_t(s.row_bytes));
+      const uint8_t* row0 = ws.slot_data(seq) + size_t(j % rpc) * size_t(s.row_bytes);
+      const Piece* w0 = reinterpret_cast<const Piece*>(row0);
       float acc0 = 0.f, acc1 = 0.f;
       if (s.parts == 1) {
 #pragma unroll 4
-        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) acc0 += dot8<kFp16>(w0[c], x[c], x[n8 + c]);
+        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) acc0 += piece_dot<kFormat>(w0[c], row0, s.cols, c, x[c], x[n8 + c]);
       } else {
-        const uint4* w1 = w0 + size_t(s.rows_in_chunk(chunk)) * size_t(n8);
+        const uint8_t* row1 = row0 + size_t(s.rows_in_chunk(chunk)) * size_t(s.row_bytes);
+        const Piece* w1 = reinterpret_cast<const Piece*>(row1);
 #pragma unroll 4
         for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) {
           const float4 lo = x[c], hi = x[n8 + c];
-          acc0 += dot8<kFp16>(w0[c], lo, hi);
-          acc1 += dot8<kFp16>(w1[c], lo, hi);
+          acc0 += piece_dot<kFormat>(w0[c], row0, s.cols, c, lo, hi);
+          acc1 += piece_dot<kFormat>(w1[c], row1, s.cols, c, lo, hi);
         }
       }
       const float v0 = warp_sum(acc0), v1 = s.parts == 1 ? 0.f : warp_sum(acc1);
@@ -120,13 +124,13 @@ struct Machine {
   __device__ void registers(const GemvShape& s, const float4* x, Emit emit) {
     auto row = [&](int part, uint32_t r) { return r < s.end ? matrix(s.matrix[part]) + size_t(r) * size_t(s.row_bytes) : nullptr; };
     const uint32_t step_rows = s.parts == 1 ? 2 * kWarps : kWarps;
-    FirstBatch first;
+    FirstBatch<kFormat> first;
     for (uint32_t r = s.begin + uint32_t(warp_id()); r < s.end; r += step_rows) {
       const uint8_t* a = row(0, r);
       const uint8_t* b = s.parts == 1 ? row(0, r + kWarps) : row(1, r);
       issue_first_batch(a, b, s.cols, first);
       float v0, v1;
-      warp_two_row_dot<kFp16>(a, b, s.cols, x, first, v0, v1);
+      warp_two_row_dot<kFormat>(a, b, s.cols, x, first, v0, v1);
       if (lane_id() == 0) {
         if (s.parts == 2) {
           emit(r, v0, v1);

@@ -64,7 +64,7 @@ __device__ bool wait_counter(const KernelParams& p, uint32_t c, uint32_t target)
 
 // kGrouped: the schedule has per-domain counters (issue 4). Their own kernels, because supporting them in
 // the flat kernels (a stripe per workgroup, warp 0 in the waits) cost 0.6% with flat counters on an H200.
-template <bool kFp16, bool kStream, bool kProfile, bool kGrouped, bool kLongContext>
+template <MatrixFormat kFormat, bool kStream, bool kProfile, bool kGrouped, bool kLongContext>
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // Aligned to 1 KiB: the weight stream's slots and the activation planes sit at fixed offsets in it, and
   // where the static variables above left it (544 bytes in) the kernel ran 1.2-1.6% slower on an H200
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (stop) break;
       if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
-    Machine<kFp16, kStream, kProfile, kLongContext> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
+    Machine<kFormat, kStream, kProfile, kLongContext> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
       if (threadIdx.x == 0 && kProfile) wait_began = global_timer_ns(), profile_prologue_end = 0;
@@ -179,26 +179,32 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   }
 }
 
-const void* monokernel_entry(bool fp16, bool stream, bool profile, bool grouped, bool long_context) {
-  auto pick = [&](auto fp16_tag, auto stream_tag, auto long_tag) -> const void* {
-    constexpr bool kF = decltype(fp16_tag)::value, kS = decltype(stream_tag)::value, kL = decltype(long_tag)::value;
+const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, bool grouped, bool long_context) {
+  auto pick = [&](auto format_tag, auto stream_tag, auto long_tag) -> const void* {
+    constexpr MatrixFormat kF = decltype(format_tag)::value;
+    constexpr bool kS = decltype(stream_tag)::value, kL = decltype(long_tag)::value;
     if (grouped)
       return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, true, kL>)
                      : reinterpret_cast<const void*>(&monokernel<kF, kS, false, true, kL>);
     return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, false, kL>)
                    : reinterpret_cast<const void*>(&monokernel<kF, kS, false, false, kL>);
   };
-  auto with_long = [&](auto fp16_tag, auto stream_tag) -> const void* {
-    return long_context ? pick(fp16_tag, stream_tag, std::true_type{}) : pick(fp16_tag, stream_tag, std::false_type{});
+  auto with_long = [&](auto format_tag, auto stream_tag) -> const void* {
+    return long_context ? pick(format_tag, stream_tag, std::true_type{}) : pick(format_tag, stream_tag, std::false_type{});
   };
-  using T = std::true_type;
-  using F = std::false_type;
+  auto with_format = [&](auto stream_tag) -> const void* {
+    switch (format) {
+      case MatrixFormat::F16: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::F16>{}, stream_tag);
+      case MatrixFormat::FP8: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::FP8>{}, stream_tag);
+      default: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::BF16>{}, stream_tag);
+    }
+  };
 #if defined(MK_PLATFORM_NVIDIA)
-  if (stream) return fp16 ? with_long(T{}, T{}) : with_long(F{}, T{});
+  if (stream) return with_format(std::true_type{});
 #else
   (void)stream;  // AMD: no weight stream in this build (device/weight_stream.h)
 #endif
-  return fp16 ? with_long(T{}, F{}) : with_long(F{}, F{});
+  return with_format(std::false_type{});
 }
 
 }  // namespace mk::dev

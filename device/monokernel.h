@@ -1,13 +1,15 @@
 // Entry points of the persistent kernel, for its launcher (device/gpu_backend.cu).
 #pragma once
 
+#include "runtime/matrix_format.h"
+
 namespace mk::dev {
 
-// The kernel instantiation, as a launchable function pointer, for BF16 (fp16 == false) or F16 weights,
+// The kernel instantiation, as a launchable function pointer, for the weight matrices' format,
 // with GEMV weights through the weight stream (stream; NVIDIA only, otherwise ignored) or registers, and
 // with or without the --profile / --trace timers, for a schedule with per-domain counters (grouped) or
 // flat ones only, and with attention's tile path or its warp path for long contexts (long_context;
 // attention_long_context in kernel_params.h says when).
-const void* monokernel_entry(bool fp16, bool stream, bool profile, bool grouped, bool long_context);
+const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, bool grouped, bool long_context);
 
 }  // namespace mk::dev

@@ -37,6 +37,20 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p) {
   return *p;  // AMD: the same global_load_dwordx4; weights are never written during the launch
 #endif
 }
+__device__ __forceinline__ uint2 load_weight(const uint2* p) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+__device__ __forceinline__ float load_weight(const float* p) {
+#if defined(MK_PLATFORM_NVIDIA)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
 
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
 #if defined(MK_PLATFORM_NVIDIA)
@@ -77,6 +91,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+// Two halves in one word (the low one first), as floats.
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t bits) {
+  __half2 h;
+  static_assert(sizeof(h) == 4, "half2 is two halves");
+  __builtin_memcpy(&h, &bits, 4);
+  return __half22float2(h);
+}
 
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
   uint32_t u = __float_as_uint(f);

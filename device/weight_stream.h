@@ -73,7 +73,7 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   s->matrix[1] = g.matrix[1];
   s->parts = g.parts;
   s->cols = g.cols;
-  s->row_bytes = g.cols * 2;
+  s->row_bytes = matrix_row_bytes(p.dims.format, g.cols);
   s->rows_per_chunk = p.stream_slots ? int(p.stream_slot_bytes) / (g.parts * s->row_bytes) : 1;
   s->begin = in.begin;
   s->end = in.end;

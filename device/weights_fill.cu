@@ -17,6 +17,28 @@ __global__ void fill_kernel(uint8_t* dst, uint64_t count, bool f32, bool fp16, f
   }
 }
 
+// An FP8 matrix (runtime/matrix_format.h), a 4-byte word per thread step: values of random sign, exponent
+// and mantissa, |v| in [2^-6, 1.875] (never a NaN code), and every group scale equal to `scale`.
+__global__ void fill_fp8_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
+  const uint64_t words = rows * row_bytes / 4;
+  const uint32_t scale_words = uint32_t(scale_groups(int(cols)));
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t at = uint32_t((i * 4) % row_bytes);
+    if (at < cols) {
+      const uint64_t bits = mix64(seed + i);
+      uint32_t word = 0;
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t r = uint32_t(bits >> (16 * b));
+        const uint32_t code = (r & 0x80u) | ((1u + (r >> 8) % 7u) << 3) | (r & 7u);
+        word |= code << (8 * b);
+      }
+      dst[i] = word;
+    } else {
+      dst[i] = (at - cols) / 4 < scale_words ? __float_as_uint(scale) : 0u;
+    }
+  }
+}
+
 }  // namespace
 
 void fill_random_bf16(uint16_t* data, uint64_t count, float scale, uint64_t seed) {
@@ -27,32 +49,39 @@ void fill_random_bf16(uint16_t* data, uint64_t count, float scale, uint64_t seed
 }
 
 void fill_random_weights(uint8_t* image, const ModelConfig& c, const WeightLayout& w, uint64_t seed) {
-  const bool fp16 = w.matrix_dtype == DType::F16;
+  const bool fp16 = w.format == MatrixFormat::F16;
   uint64_t piece = 0;
   auto fill = [&](uint64_t offset, uint64_t count, bool f32, float scale, float center) {
     hipLaunchKernelGGL(fill_kernel, dim3(1024), dim3(256), 0, nullptr, image + offset, count, f32, fp16, scale, center,
                        mix64(seed + ++piece));
     MK_GPU_CHECK(hipGetLastError());
   };
-  const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size);
+  // A matrix [rows, cols] ~ uniform(-scale, scale) (FP8: |v| up to ~1.9 * scale).
+  auto matrix = [&](uint64_t offset, uint64_t rows, uint64_t cols, float scale) {
+    if (w.format != MatrixFormat::FP8) return fill(offset, rows * cols, false, scale, 0.0f);
+    hipLaunchKernelGGL(fill_fp8_kernel, dim3(1024), dim3(256), 0, nullptr, reinterpret_cast<uint32_t*>(image + offset), rows,
+                       uint32_t(cols), uint32_t(w.row_bytes(int(cols))), scale, mix64(seed + ++piece));
+    MK_GPU_CHECK(hipGetLastError());
+  };
+  const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size), Q = uint64_t(c.q_dim());
   const float in_h = 1.0f / sqrtf(float(H)), in_i = 1.0f / sqrtf(float(I)), in_q = 1.0f / sqrtf(float(c.q_dim()));
-  fill(w.embed, uint64_t(c.vocab_size) * H, false, 1.0f, 0.0f);
+  matrix(w.embed, uint64_t(c.vocab_size), H, 1.0f);
   for (const LayerOffsets& L : w.layers) {
     fill(L.attn_norm, H, true, 0.1f, 1.0f);
-    fill(L.wqkv, uint64_t(w.qkv_rows) * H, false, in_h, 0.0f);
+    matrix(L.wqkv, uint64_t(w.qkv_rows), H, in_h);
     if (w.has_qkv_bias) fill(L.bqkv, uint64_t(w.qkv_rows), true, 0.1f, 0.0f);
     if (w.has_qk_norm) {
       fill(L.q_norm, uint64_t(c.head_dim), true, 0.1f, 1.0f);
       fill(L.k_norm, uint64_t(c.head_dim), true, 0.1f, 1.0f);
     }
-    fill(L.wo, H * uint64_t(c.q_dim()), false, in_q, 0.0f);
+    matrix(L.wo, H, Q, in_q);
     fill(L.mlp_norm, H, true, 0.1f, 1.0f);
-    fill(L.w_gate, I * H, false, in_h, 0.0f);
-    fill(L.w_up, I * H, false, in_h, 0.0f);
-    fill(L.w_down, H * I, false, in_i, 0.0f);
+    matrix(L.w_gate, I, H, in_h);
+    matrix(L.w_up, I, H, in_h);
+    matrix(L.w_down, H, I, in_i);
   }
   fill(w.final_norm, H, true, 0.1f, 1.0f);
-  if (!c.tie_word_embeddings) fill(w.lm_head, uint64_t(c.vocab_size) * H, false, in_h, 0.0f);
+  if (!c.tie_word_embeddings) matrix(w.lm_head, uint64_t(c.vocab_size), H, in_h);
   MK_GPU_CHECK(hipDeviceSynchronize());
 }
 

@@ -8,10 +8,12 @@
 
 namespace mk {
 
-enum class DType : uint8_t { F32, F16, BF16 };
+// F8_E4M3: OCP fp8 E4M3 ("e4m3fn": no infinities, S.1111.111 is NaN, largest finite 448), as torch's
+// float8_e4m3fn and the Hugging Face fp8 checkpoints store it.
+enum class DType : uint8_t { F32, F16, BF16, F8_E4M3 };
 
-inline constexpr int dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
-std::string_view dtype_name(DType t);  // "F32", "F16", "BF16" as in safetensors
+inline constexpr int dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::F8_E4M3 ? 1 : 2; }
+std::string_view dtype_name(DType t);  // "F32", "F16", "BF16", "F8_E4M3" as in safetensors
 
 // nvcc's device pass has the intrinsics; g++ and clang (HIP included) have __builtin_bit_cast.
 MK_HD_INLINE float bits_to_float(uint32_t bits) {
@@ -85,11 +87,27 @@ MK_HD_INLINE uint16_t float_to_fp16(float f) {
   return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
 }
 
+// E4M3's exponent and mantissa bits, placed in a half's, make the half worth value / 256 (the exponent
+// biases are 7 and 15), subnormals included: fp8_e4m3_to_half_bits(b) * 256 is the fp8 value, exactly.
+MK_HD_INLINE uint16_t fp8_e4m3_to_half_bits(uint8_t b) { return uint16_t((b & 0x80u) << 8 | (b & 0x7fu) << 7); }
+constexpr float kFp8HalfScale = 256.0f;
+
+// fp8 E4M3 -> float, exact; NaN for the two NaN codes.
+MK_HD_INLINE float fp8_e4m3_to_float(uint8_t b) {
+  if ((b & 0x7fu) == 0x7fu) return bits_to_float(0x7fc00000u);
+  return fp16_to_float(fp8_e4m3_to_half_bits(b)) * kFp8HalfScale;
+}
+
+// float -> fp8 E4M3, round to nearest even, saturating to +-448 (as torch's saturating casts and the
+// fp8 quantizers do); NaN stays NaN. Host code (quantization at load time).
+uint8_t float_to_fp8_e4m3(float f);
+
 // Reads element i of a weight stored as `t`.
 MK_HD_INLINE float load_as_float(const void* data, DType t, int64_t i) {
   switch (t) {
     case DType::F32: return static_cast<const float*>(data)[i];
     case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(data)[i]);
+    case DType::F8_E4M3: return fp8_e4m3_to_float(static_cast<const uint8_t*>(data)[i]);
     default: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
   }
 }

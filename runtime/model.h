@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,20 +13,43 @@
 
 namespace mk {
 
-// A view of one tensor inside a mapped file. `data == nullptr` marks an absent optional tensor.
+// The scales of a quantized matrix [rows, cols]: element (r, c) is its stored value times
+// scale[r / block_rows][c / block_cols] of a [ceil(rows / block_rows), ceil(cols / block_cols)] tensor.
+// A 128x128 block scale, a per-row scale (block_rows 1, block_cols cols) and a per-tensor scale (one
+// block) are all this form.
+struct TensorScale {
+  std::string name;
+  DType dtype = DType::F32;
+  const void* data = nullptr;
+  int64_t block_rows = 0, block_cols = 0;
+  int64_t cols = 0;  // scales per row of blocks
+  int64_t count = 0;  // scales in all
+  bool present() const { return data != nullptr; }
+  float at(int64_t r, int64_t c) const { return load_as_float(data, dtype, (r / block_rows) * cols + c / block_cols); }
+};
+
+// A view of one tensor inside a mapped file (or a buffer Model::owned keeps). `data == nullptr` marks an
+// absent optional tensor. A quantized matrix (F8_E4M3) has its scales in `scale`; at() dequantizes.
 struct TensorView {
   std::string name;
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  TensorScale scale;
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     return n;
   }
-  size_t nbytes() const { return size_t(numel()) * size_t(dtype_size(dtype)); }
+  size_t nbytes() const {
+    return size_t(numel()) * size_t(dtype_size(dtype)) + (scale.present() ? size_t(scale.count) * size_t(dtype_size(scale.dtype)) : 0);
+  }
   bool present() const { return data != nullptr; }
-  float at(int64_t i) const { return load_as_float(data, dtype, i); }
+  bool quantized() const { return scale.present(); }
+  float at(int64_t i) const {
+    const float v = load_as_float(data, dtype, i);
+    return quantized() ? v * scale.at(i / shape[1], i % shape[1]) : v;
+  }
 };
 
 // Shapes follow PyTorch nn.Linear: weight [out_features, in_features].
@@ -54,12 +78,21 @@ struct Model {
   ModelConfig config;
   ModelWeights weights;
   std::vector<std::shared_ptr<const MappedFile>> files;  // keep the mappings alive
+  std::vector<std::shared_ptr<const std::vector<uint8_t>>> owned;  // tensors made at load time (quantized)
   uint64_t weight_bytes() const;                          // bytes of all tensors in `weights`, lm_head once if tied
+};
+
+// Load-time quantization of a bf16/fp16/fp32 checkpoint (runtime/quantize.h).
+enum class Quantize : uint8_t { None, Fp8 };
+
+struct LoadOptions {
+  Quantize quantize = Quantize::None;
+  std::function<void(int done, int total)> on_quantize_progress;  // matrices quantized so far
 };
 
 // Loads a Hugging Face model directory: config.json, model.safetensors or sharded files with
 // model.safetensors.index.json, generation_config.json. Validates every tensor's presence, dtype and shape.
 // Throws mk::Error naming the file, tensor, expected and found values.
-std::unique_ptr<Model> load_model(const std::filesystem::path& dir);
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 
 }  // namespace mk

@@ -16,6 +16,7 @@
 #include "runtime/error.h"
 #include "runtime/json_file.h"
 #include "runtime/limits.h"
+#include "runtime/matrix_format.h"
 
 namespace mk {
 
@@ -319,6 +320,111 @@ void read_sliding_window(const Keys& k, ModelConfig& c) {
   }
 }
 
+// quantization_config: the fp8 checkpoint forms whose F8_E4M3 weights the kernels read as stored.
+constexpr const char* kSupportedQuantization =
+    "\"fp8\" (transformers FineGrainedFP8: fp8 E4M3 weights with block scales), \"compressed-tensors\" with format "
+    "\"float-quantized\" (fp8 E4M3 weights with per-channel or per-tensor scales)";
+
+// transformers FineGrainedFP8Config: {"quant_method": "fp8", "weight_block_size": [rows, cols],
+// "activation_scheme": ..., "modules_to_not_convert": [...]}. Each fp8 X.weight has X.weight_scale_inv,
+// one float per block, which multiplies the block's values despite its name.
+void read_fine_grained_fp8(const Keys& q, WeightQuantization& w) {
+  w.method = WeightQuantization::Method::FineGrainedFp8;
+  // DeepSeek-V3's configs name the fp8 format; E4M3 is the only one transformers' FP8Linear reads.
+  if (q.has("fmt") && q.string("fmt") != "e4m3")
+    fail("{}: unsupported '{}': \"{}\" (supported: \"e4m3\")", q.source(), q.name("fmt"), q.string("fmt"));
+  w.block_rows = w.block_cols = 128;  // FineGrainedFP8Config's default
+  if (!q.has("weight_block_size")) return;
+  const json& b = q.get("weight_block_size");
+  auto block = [](const json& v) {
+    return v.is_number_unsigned() && v.get<uint64_t>() >= 1 &&
+           v.get<uint64_t>() <= uint64_t(std::numeric_limits<int>::max());
+  };
+  if (!b.is_array() || b.size() != 2 || !block(b[0]) || !block(b[1]))
+    fail("{}: '{}' must be a list of two positive integers [rows, columns], found {}", q.source(),
+         q.name("weight_block_size"), b.is_array() && b.size() <= 4 ? b.dump() : describe(b));
+  w.block_rows = b[0].get<int>();
+  w.block_cols = b[1].get<int>();
+  // The FP8 matrix format gives each 128-column group of a row one scale (runtime/matrix_format.h), so a
+  // block must not split a group.
+  if (w.block_cols % kScaleGroup != 0)
+    fail("{}: '{}' = [{}, {}] is not supported: its column size must be a multiple of {} (the fp8 kernels read one "
+         "scale per {} columns of a row)",
+         q.source(), q.name("weight_block_size"), w.block_rows, w.block_cols, kScaleGroup, kScaleGroup);
+}
+
+bool float_quantized_format(const std::string& format) {
+  return format == "float-quantized" || format == "naive-quantized";
+}
+
+// One config group's "weights" (compressed-tensors QuantizationArgs; absent keys take its defaults).
+// Only fp8 E4M3 with one scale per row ("channel") or per matrix ("tensor") maps onto the FP8 matrix
+// format as stored.
+void read_weight_scheme(const Keys& s, const std::string& where, WeightQuantization& w) {
+  const int64_t bits = s.has("num_bits") ? s.integer("num_bits", 1, 64) : 8;
+  const std::string type = s.has("type") ? s.string("type") : "int";
+  const std::string strategy = s.has("strategy") ? s.string("strategy") : s.has("group_size") ? "group" : "tensor";
+  if (bits != 8 || type != "float" || (strategy != "channel" && strategy != "tensor"))
+    fail("{}: '{}' has an unsupported weight scheme (num_bits {}, type \"{}\", strategy \"{}\"); supported: "
+         "num_bits 8, type \"float\" (fp8 E4M3), strategy \"channel\" or \"tensor\"",
+         s.source(), where, bits, type, strategy);
+  if (!s.optional_bool("symmetric", true))
+    fail("{}: '{}' = false is not supported (asymmetric weights need zero points, which fp8 kernels do not read)",
+         s.source(), s.name("symmetric"));
+  if (s.has("dynamic") && s.get("dynamic") != json(false))
+    fail("{}: '{}' = {} is not supported for weights (the checkpoint must store their scales)", s.source(),
+         s.name("dynamic"), describe(s.get("dynamic")));
+  (strategy == "channel" ? w.per_channel : w.per_tensor) = true;
+}
+
+// compressed-tensors: {"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups":
+// {name: {"targets": [...], "weights": {...}, "input_activations": {...}}}, "ignore": [...]}. Each fp8
+// X.weight has X.weight_scale; X.input_scale (static activation scales) is unused by weight-only kernels.
+// A KV-cache scheme is unused too: the cache stays in higher precision.
+void read_compressed_tensors(const Keys& q, WeightQuantization& w) {
+  w.method = WeightQuantization::Method::CompressedTensors;
+  const std::string format = q.string("format");
+  const bool mixed = format == "mixed-precision";  // then each group names its own format
+  auto check_format = [&](const std::string& f, const std::string& key) {
+    if (!float_quantized_format(f))
+      fail("{}: unsupported compressed-tensors format '{}' = \"{}\" (supported: \"float-quantized\", "
+           "\"naive-quantized\": fp8 E4M3 weights stored with their scales)",
+           q.source(), key, f);
+  };
+  if (!mixed) check_format(format, q.name("format"));
+  const json* groups = q.optional_object("config_groups");
+  if (groups == nullptr || groups->empty())
+    fail("{}: '{}' must be a non-empty object of quantization schemes", q.source(), q.name("config_groups"));
+  for (const auto& [name, group] : groups->items()) {
+    const std::string where = q.name("config_groups.") + name;
+    if (!group.is_object()) fail("{}: '{}' must be an object, found {}", q.source(), where, describe(group));
+    const Keys g(group, q.source(), where + ".");
+    if (g.has("format"))
+      check_format(g.string("format"), g.name("format"));
+    else if (mixed)
+      fail("{}: missing required key '{}' (the top-level format is \"mixed-precision\")", q.source(), g.name("format"));
+    // A group without weights quantizes only activations, which weight-only kernels do not.
+    if (const json* weights = g.optional_object("weights"))
+      read_weight_scheme(Keys(*weights, q.source(), where + ".weights."), where + ".weights", w);
+  }
+}
+
+WeightQuantization read_quantization(const Keys& k) {
+  WeightQuantization w;
+  const json* config = k.optional_object("quantization_config");
+  if (config == nullptr) return w;
+  const Keys q(*config, k.source(), "quantization_config.");
+  const std::string method = q.string("quant_method");
+  if (method == "fp8")
+    read_fine_grained_fp8(q, w);
+  else if (method == "compressed-tensors")
+    read_compressed_tensors(q, w);
+  else
+    fail("{}: unsupported quantization method '{}' = \"{}\" (supported: {})", k.source(), q.name("quant_method"),
+         method, kSupportedQuantization);
+  return w;
+}
+
 }  // namespace
 
 const char* arch_name(Arch a) { return arch_info(a).hf_name; }
@@ -338,6 +444,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   read_sliding_window(k, c);
   c.eos_token_ids = k.token_ids("eos_token_id");
   c.bos_token_id = k.has("bos_token_id") ? k.token_id("bos_token_id") : -1;
+  c.quantization = read_quantization(k);
   return c;
 }
 

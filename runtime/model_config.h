@@ -20,6 +20,24 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
+// How an fp8 checkpoint scales its F8_E4M3 weight matrices, from config.json's "quantization_config".
+// Only the weights are described: the kernels multiply fp8 weights, dequantized by their scales, with
+// activations kept in higher precision (weight-only), so activation schemes and input scales are unused.
+// A matrix the config leaves unquantized (modules_to_not_convert, ignore) is simply stored in bf16/fp16,
+// so each tensor's dtype, not those lists, says whether it has a scale.
+struct WeightQuantization {
+  enum class Method : uint8_t {
+    None,               // no quantization_config
+    FineGrainedFp8,     // quant_method "fp8" (transformers FineGrainedFP8): X.weight_scale_inv per block
+    CompressedTensors,  // quant_method "compressed-tensors", float-quantized: X.weight_scale per row or matrix
+  };
+  Method method = Method::None;
+  int block_rows = 0, block_cols = 0;  // FineGrainedFp8: weight_block_size
+  // CompressedTensors: the weight strategies its config groups use; a scale's shape tells which one a
+  // matrix has ([out, 1]: "channel", [1] or []: "tensor").
+  bool per_channel = false, per_tensor = false;
+};
+
 struct ModelConfig {
   Arch arch = Arch::Llama;
   int hidden_size = 0;        // d_model
@@ -39,6 +57,7 @@ struct ModelConfig {
   bool qk_norm = false;   // Qwen3: per-head RMSNorm on q and k before RoPE
   std::vector<int32_t> eos_token_ids;  // from generation_config.json, else config.json
   int32_t bos_token_id = -1;
+  WeightQuantization quantization;
 
   // Exact in int for any parsed config: each factor and the product are bounded (runtime/limits.h).
   int q_dim() const { return num_heads * head_dim; }

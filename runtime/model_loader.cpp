@@ -10,6 +10,7 @@
 
 #include "runtime/error.h"
 #include "runtime/json_file.h"
+#include "runtime/quantize.h"
 #include "runtime/safetensors.h"
 
 namespace mk {
@@ -35,12 +36,32 @@ struct Expected {
   std::string why;
 };
 
-// The weight dtypes the kernels read; anything else (integer or fp8 tensors) is rejected here.
-DType weight_dtype(const SafetensorsEntry& e, const fs::path& file) {
+// The weight dtypes the kernels read. F8_E4M3 only for the matrices of the linear layers, which come with
+// scales (WeightFiles::get_matrix): neither fp8 checkpoint form quantizes the embedding, norms or biases,
+// so an fp8 one there has no scale convention to follow and is rejected.
+DType weight_dtype(const SafetensorsEntry& e, const fs::path& file, bool fp8_allowed) {
   for (DType t : {DType::BF16, DType::F16, DType::F32})
     if (e.dtype == dtype_name(t)) return t;
+  if (fp8_allowed) {
+    if (e.dtype == dtype_name(DType::F8_E4M3)) return DType::F8_E4M3;
+    fail("tensor {} in {} has dtype {}; expected one of BF16, F16, F32, F8_E4M3", e.name, file.string(), e.dtype);
+  }
+  if (e.dtype == dtype_name(DType::F8_E4M3))
+    fail("tensor {} in {} has dtype F8_E4M3; expected one of BF16, F16, F32 (fp8 is read only for the weight "
+         "matrices of the linear layers: q/k/v/o_proj, gate/up/down_proj and lm_head)",
+         e.name, file.string());
   fail("tensor {} in {} has dtype {}; expected one of BF16, F16, F32", e.name, file.string(), e.dtype);
 }
+
+// The dtypes a scale tensor may have: F32, as both quantizers write them, or a 16-bit float.
+DType scale_dtype(const SafetensorsEntry& e, const fs::path& file) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16})
+    if (e.dtype == dtype_name(t)) return t;
+  fail("scale tensor {} in {} has dtype {}; expected one of F32, BF16, F16", e.name, file.string(), e.dtype);
+}
+
+constexpr const char* kFp8Methods =
+    "quant_method \"fp8\" with X.weight_scale_inv, or \"compressed-tensors\" float-quantized with X.weight_scale";
 
 json read_json_file(const fs::path& path) { return parse_model_json(read_model_text_file(path), path.string()); }
 
@@ -60,22 +81,15 @@ class WeightFiles {
     return w;
   }
 
-  // The view of tensor `name`, after checking its dtype and shape.
-  TensorView get(const std::string& name, const Expected& expected) const {
-    auto it = where_.find(name);
-    if (it == where_.end())
-      fail("tensor {} not found in {} (looked in: {})", name, dir_.string(), fmt::join(file_names_, ", "));
-    const SafetensorsFile& f = files_[it->second];
-    const SafetensorsEntry& e = f.header.tensors.at(name);
-    TensorView view;
-    view.name = name;
-    view.dtype = weight_dtype(e, f.file->path());
-    if (e.shape != expected.shape)
-      fail("tensor {} in {} has shape [{}]; expected [{}] from config.json ({})", name, f.file->path().string(),
-           fmt::join(e.shape, ", "), fmt::join(expected.shape, ", "), expected.why);
-    view.shape = e.shape;
-    view.data = e.data;
-    return view;
+  // The view of tensor `name`, after checking its dtype and shape. Not fp8: see weight_dtype.
+  TensorView get(const std::string& name, const Expected& expected) const { return view(name, expected, false); }
+
+  // The view of weight matrix `name` (X.weight of a linear layer): bf16/fp16/fp32, or F8_E4M3 with its
+  // scales as `q` (config.json's quantization_config) says they are stored.
+  TensorView get_matrix(const std::string& name, const Expected& expected, const WeightQuantization& q) const {
+    TensorView v = view(name, expected, true);
+    if (v.dtype == DType::F8_E4M3) v.scale = scale_of(v, q);
+    return v;
   }
 
   std::vector<std::shared_ptr<const MappedFile>> mappings() const {
@@ -85,6 +99,106 @@ class WeightFiles {
   }
 
  private:
+  TensorView view(const std::string& name, const Expected& expected, bool fp8_allowed) const {
+    const SafetensorsFile& f = file_of(name);
+    const SafetensorsEntry& e = f.header.tensors.at(name);
+    TensorView v;
+    v.name = name;
+    v.dtype = weight_dtype(e, f.file->path(), fp8_allowed);
+    if (e.shape != expected.shape)
+      fail("tensor {} in {} has shape [{}]; expected [{}] from config.json ({})", name, f.file->path().string(),
+           fmt::join(e.shape, ", "), fmt::join(expected.shape, ", "), expected.why);
+    v.shape = e.shape;
+    v.data = e.data;
+    return v;
+  }
+
+  const SafetensorsFile& file_of(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end())
+      fail("tensor {} not found in {} (looked in: {})", name, dir_.string(), fmt::join(file_names_, ", "));
+    return files_[it->second];
+  }
+
+  // The scales of fp8 matrix `w` [out, in], pointing into the mapped file as the values do. FineGrainedFP8:
+  // X.weight_scale_inv [ceil(out / block_rows), ceil(in / block_cols)]; compressed-tensors: X.weight_scale
+  // [out, 1] (strategy "channel") or [1] / [] (strategy "tensor"). Either multiplies the stored values.
+  TensorScale scale_of(const TensorView& w, const WeightQuantization& q) const {
+    const std::string config = (dir_ / "config.json").string();
+    const std::string file = file_of(w.name).file->path().string();
+    if (q.method == WeightQuantization::Method::None)
+      fail("tensor {} in {} has dtype F8_E4M3, but {} has no quantization_config to say how its scales are stored "
+           "(supported: {})",
+           w.name, file, config, kFp8Methods);
+    const bool blocks = q.method == WeightQuantization::Method::FineGrainedFp8;
+    const std::string module = w.name.substr(0, w.name.size() - std::string_view(".weight").size());
+    const std::string scale_name = module + (blocks ? ".weight_scale_inv" : ".weight_scale");
+    const std::string other_name = module + (blocks ? ".weight_scale" : ".weight_scale_inv");
+    const int64_t rows = w.shape[0], cols = w.shape[1];
+    if (blocks) {
+      const std::string why =
+          fmt::format("one scale per {}x{} block (quantization_config.weight_block_size) of the [{}, {}] matrix",
+                      q.block_rows, q.block_cols, rows, cols);
+      if (where_.count(scale_name) == 0)
+        missing_scale(w, file, scale_name, "quant_method \"fp8\" stores " + why, other_name);
+      const SafetensorsEntry& e = entry(scale_name);
+      const int64_t scale_rows = (rows + q.block_rows - 1) / q.block_rows;
+      const int64_t scale_cols = (cols + q.block_cols - 1) / q.block_cols;
+      if (e.shape != std::vector<int64_t>{scale_rows, scale_cols})
+        wrong_scale_shape(e, fmt::format("[{}, {}]", scale_rows, scale_cols), why);
+      return scale(e, q.block_rows, q.block_cols, scale_cols, scale_rows * scale_cols);
+    }
+    if (!q.per_channel && !q.per_tensor)
+      fail("tensor {} in {} has dtype F8_E4M3, but no group of quantization_config.config_groups in {} quantizes "
+           "weights",
+           w.name, file, config);
+    std::vector<std::string> allowed;  // the shapes the config's strategies allow, for messages
+    if (q.per_channel) allowed.push_back(fmt::format("[{}, 1] (strategy \"channel\": one scale per row)", rows));
+    if (q.per_tensor) allowed.push_back("[1] or [] (strategy \"tensor\": one scale for the matrix)");
+    const std::string expected = fmt::format("{}", fmt::join(allowed, " or "));
+    if (where_.count(scale_name) == 0)
+      missing_scale(w, file, scale_name, "compressed-tensors stores it with shape " + expected, other_name);
+    const SafetensorsEntry& e = entry(scale_name);
+    // With both strategies in the config, the shape tells which one this matrix has.
+    if (q.per_channel && e.shape == std::vector<int64_t>{rows, 1}) return scale(e, 1, cols, 1, rows);
+    if (q.per_tensor && (e.shape.empty() || e.shape == std::vector<int64_t>{1})) return scale(e, rows, cols, 1, 1);
+    wrong_scale_shape(e, expected,
+                      fmt::format("quantization_config.config_groups, for the [{}, {}] matrix", rows, cols));
+  }
+
+  const SafetensorsEntry& entry(const std::string& name) const { return file_of(name).header.tensors.at(name); }
+
+  TensorScale scale(const SafetensorsEntry& e, int64_t block_rows, int64_t block_cols, int64_t cols,
+                    int64_t count) const {
+    TensorScale s;
+    s.name = e.name;
+    s.dtype = scale_dtype(e, file_of(e.name).file->path());
+    s.data = e.data;
+    s.block_rows = block_rows;
+    s.block_cols = block_cols;
+    s.cols = cols;
+    s.count = count;
+    return s;
+  }
+
+  // `other_name`, the other form's scale, in the files points at a config that names the wrong method.
+  [[noreturn]] void missing_scale(const TensorView& w, const std::string& file, const std::string& scale_name,
+                                  const std::string& why, const std::string& other_name) const {
+    const std::string hint =
+        where_.count(other_name) != 0
+            ? fmt::format("; the files have {} instead, which quantization_config's quant_method does not use",
+                          other_name)
+            : "";
+    fail("tensor {} in {} has dtype F8_E4M3, but its scale tensor {} is not in {} ({}; looked in: {}){}", w.name, file,
+         scale_name, dir_.string(), why, fmt::join(file_names_, ", "), hint);
+  }
+
+  [[noreturn]] void wrong_scale_shape(const SafetensorsEntry& e, const std::string& expected,
+                                      const std::string& why) const {
+    fail("scale tensor {} in {} has shape [{}]; expected {} ({})", e.name, file_of(e.name).file->path().string(),
+         fmt::join(e.shape, ", "), expected, why);
+  }
+
   void open_single() {
     files_.push_back(SafetensorsFile::open(dir_ / kSingleFile));
     file_names_.push_back(kSingleFile);
@@ -166,11 +280,12 @@ struct Shapes {
 LayerWeights read_layer(const WeightFiles& files, const ModelConfig& c, int layer) {
   const Shapes s{c};
   const std::string p = fmt::format("model.layers.{}.", layer);
+  const WeightQuantization& q = c.quantization;
   LayerWeights w;
   w.attn_norm = files.get(p + "input_layernorm.weight", s.hidden_vec());
-  w.wq = files.get(p + "self_attn.q_proj.weight", s.wq());
-  w.wk = files.get(p + "self_attn.k_proj.weight", s.wkv());
-  w.wv = files.get(p + "self_attn.v_proj.weight", s.wkv());
+  w.wq = files.get_matrix(p + "self_attn.q_proj.weight", s.wq(), q);
+  w.wk = files.get_matrix(p + "self_attn.k_proj.weight", s.wkv(), q);
+  w.wv = files.get_matrix(p + "self_attn.v_proj.weight", s.wkv(), q);
   if (c.qkv_bias) {
     w.bq = files.get(p + "self_attn.q_proj.bias", s.bq());
     w.bk = files.get(p + "self_attn.k_proj.bias", s.bkv());
@@ -180,11 +295,11 @@ LayerWeights read_layer(const WeightFiles& files, const ModelConfig& c, int laye
     w.q_norm = files.get(p + "self_attn.q_norm.weight", s.head_norm());
     w.k_norm = files.get(p + "self_attn.k_norm.weight", s.head_norm());
   }
-  w.wo = files.get(p + "self_attn.o_proj.weight", s.wo());
+  w.wo = files.get_matrix(p + "self_attn.o_proj.weight", s.wo(), q);
   w.mlp_norm = files.get(p + "post_attention_layernorm.weight", s.hidden_vec());
-  w.w_gate = files.get(p + "mlp.gate_proj.weight", s.up());
-  w.w_up = files.get(p + "mlp.up_proj.weight", s.up());
-  w.w_down = files.get(p + "mlp.down_proj.weight", s.down());
+  w.w_gate = files.get_matrix(p + "mlp.gate_proj.weight", s.up(), q);
+  w.w_up = files.get_matrix(p + "mlp.up_proj.weight", s.up(), q);
+  w.w_down = files.get_matrix(p + "mlp.down_proj.weight", s.down(), q);
   return w;
 }
 
@@ -197,7 +312,7 @@ ModelWeights read_weights(const WeightFiles& files, const ModelConfig& c) {
   w.final_norm = files.get("model.norm.weight", s.hidden_vec());
   // Tied models reuse the embedding as the output projection; some checkpoints store a copy as
   // lm_head.weight anyway, which transformers ignores too.
-  w.lm_head = c.tie_word_embeddings ? w.embed : files.get("lm_head.weight", s.embedding());
+  w.lm_head = c.tie_word_embeddings ? w.embed : files.get_matrix("lm_head.weight", s.embedding(), c.quantization);
   return w;
 }
 
@@ -224,7 +339,7 @@ uint64_t Model::weight_bytes() const {
   return total;
 }
 
-std::unique_ptr<Model> load_model(const fs::path& dir) {
+std::unique_ptr<Model> load_model(const fs::path& dir, const LoadOptions& options) {
   check_model_dir(dir);
   auto model = std::make_unique<Model>();
   model->dir = dir;
@@ -232,6 +347,10 @@ std::unique_ptr<Model> load_model(const fs::path& dir) {
   const WeightFiles files = WeightFiles::open(dir);
   model->weights = read_weights(files, model->config);
   model->files = files.mappings();
+  // One matrix format per image: an fp8 checkpoint's unquantized matrices (often the embedding and the
+  // LM head) are quantized too.
+  if (options.quantize == Quantize::Fp8 || matrix_format_for(*model) == MatrixFormat::FP8)
+    quantize_to_fp8(*model, options.on_quantize_progress);
   return model;
 }
 

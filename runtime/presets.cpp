@@ -65,10 +65,12 @@ ModelConfig preset_config(const std::string& name) {
   fail("unknown preset '{}' (known: {})", name, fmt::join(preset_names(), ", "));
 }
 
-std::unique_ptr<Model> preset_model(const std::string& name) {
+std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format) {
   auto m = std::make_unique<Model>();
   m->config = preset_config(name);
   m->dir = "preset:" + name;
+  // No tensors: the embedding's dtype names the matrix format (matrix_format_for).
+  m->weights.embed.dtype = format == MatrixFormat::FP8 ? DType::F8_E4M3 : format == MatrixFormat::F16 ? DType::F16 : DType::BF16;
   return m;
 }
 

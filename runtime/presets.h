@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/matrix_format.h"
 #include "runtime/model.h"
 
 namespace mk {
@@ -11,7 +12,7 @@ namespace mk {
 std::vector<std::string> preset_names();
 // Throws mk::Error listing the known names.
 ModelConfig preset_config(const std::string& name);
-// A Model with this config and no weight data (the GPU backend fills it with random values).
-std::unique_ptr<Model> preset_model(const std::string& name);
+// A Model with this config and no weight data (the GPU backend fills it with random values in `format`).
+std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format = MatrixFormat::BF16);
 
 }  // namespace mk

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/error.h"
+#include "runtime/quantize.h"
 
 namespace mk {
 namespace {
@@ -89,12 +90,45 @@ void convert(const TensorView& t, int64_t first, int64_t count, DType dtype, std
                                   t.name, where, original));
 }
 
-}  // namespace
-
-DType matrix_dtype_for(const Model& model) {
-  const DType t = model.weights.layers.empty() ? model.weights.embed.dtype : model.weights.layers[0].wq.dtype;
-  return t == DType::F32 ? DType::BF16 : t;
+// Rows of an fp8 matrix in the FP8 row form (runtime/matrix_format.h): the values as stored, then the
+// scale of each column group, padded.
+void append_fp8_rows(const TensorView& t, int64_t first_row, int64_t rows, std::vector<uint8_t>& out) {
+  if (t.dtype != DType::F8_E4M3)
+    throw BadModelError(fmt::format("tensor {} is {}, but the model's matrices are fp8: every matrix must be fp8 in one image "
+                                    "(quantize_to_fp8 converts the rest)",
+                                    t.name, dtype_name(t.dtype)));
+  if (const std::string problem = fp8_scale_problem(t); !problem.empty()) throw BadModelError(problem);
+  const int64_t cols = t.shape[1];
+  const int groups = scale_groups(int(cols));
+  const size_t row_bytes = size_t(matrix_row_bytes(MatrixFormat::FP8, int(cols)));
+  const uint8_t* values = static_cast<const uint8_t*>(t.data);
+  for (int64_t r = first_row; r < first_row + rows; ++r) {
+    const size_t at = out.size();
+    out.resize(at + row_bytes, 0);
+    std::memcpy(out.data() + at, values + size_t(r * cols), size_t(cols));
+    for (int64_t c = 0; c < cols; ++c)
+      if ((values[size_t(r * cols + c)] & 0x7fu) == 0x7fu)
+        throw BadModelError(fmt::format("tensor {}: element [{}, {}] is NaN; a model with NaN weights cannot run", t.name, r, c));
+    for (int g = 0; g < groups; ++g) {
+      const float s = t.scale.at(r, int64_t(g) * kScaleGroup);
+      if (!std::isfinite(s))
+        throw BadModelError(fmt::format("tensor {}: the scale of row {}, columns [{}, ...) is {}; the model cannot run",
+                                        t.scale.name, r, g * kScaleGroup, s));
+      std::memcpy(out.data() + at + size_t(cols) + 4 * size_t(g), &s, 4);
+    }
+  }
 }
+
+// Rows [first_row, first_row + rows) of matrix `t` in format `f`, appended to `out`.
+void append_matrix_rows(const TensorView& t, int64_t first_row, int64_t rows, MatrixFormat f, std::vector<uint8_t>& out) {
+  if (f == MatrixFormat::FP8) return append_fp8_rows(t, first_row, rows, out);
+  if (t.dtype == DType::F8_E4M3)
+    throw BadModelError(fmt::format("tensor {} is fp8 but the image is {}", t.name, matrix_format_name(f)));
+  const int64_t cols = t.shape[1];
+  convert(t, first_row * cols, rows * cols, f == MatrixFormat::F16 ? DType::F16 : DType::BF16, out);
+}
+
+}  // namespace
 
 int WeightLayout::qkv_row(const ModelConfig& c, int part, int r) const {
   const int hd = c.head_dim, G = c.group_size();
@@ -106,47 +140,59 @@ int WeightLayout::qkv_row(const ModelConfig& c, int part, int r) const {
   return g * qkv_group_rows + (G + part - 1) * hd + r % hd;
 }
 
-WeightLayout plan_weight_layout(const ModelConfig& c, DType matrix_dtype) {
-  if (matrix_dtype == DType::F32) fail("weight layout: matrices must be BF16 or F16 on the device");
+WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format) {
+  // FP8 rows must stay 16-byte aligned in the image itself; the 16-bit formats' multiple of 8 is the GPU
+  // kernel's need (its validate_model), and the emulator runs any width.
+  const int multiple = matrix_cols_multiple(format);
+  for (auto [cols, what] : {std::pair{c.hidden_size, "hidden_size"}, std::pair{c.q_dim(), "num_attention_heads x head_dim"},
+                            std::pair{c.intermediate_size, "intermediate_size"}})
+    if (format == MatrixFormat::FP8 && cols % multiple != 0)
+      fail("weight layout: {} = {} is not a multiple of {}, which {} matrices need", what, cols, multiple, matrix_format_name(format));
   WeightLayout w;
-  w.matrix_dtype = matrix_dtype;
+  w.format = format;
   w.has_qkv_bias = c.qkv_bias;
   w.has_qk_norm = c.qk_norm;
   w.qkv_rows = c.q_dim() + 2 * c.kv_dim();
   w.qkv_group_rows = (c.group_size() + 2) * c.head_dim;
-  const uint64_t e = uint64_t(dtype_size(matrix_dtype)), H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size);
+  const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size);
+  const uint64_t row_h = w.row_bytes(c.hidden_size), row_i = w.row_bytes(c.intermediate_size), row_q = w.row_bytes(c.q_dim());
   Allocator a;
-  w.embed = a.take(uint64_t(c.vocab_size) * H * e);
+  w.embed = a.take(uint64_t(c.vocab_size) * row_h);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerOffsets L{};
     L.attn_norm = a.take(H * 4);
-    L.wqkv = a.take(uint64_t(w.qkv_rows) * H * e);
+    L.wqkv = a.take(uint64_t(w.qkv_rows) * row_h);
     L.bqkv = c.qkv_bias ? a.take(uint64_t(w.qkv_rows) * 4) : 0;
     L.q_norm = c.qk_norm ? a.take(uint64_t(c.head_dim) * 4) : 0;
     L.k_norm = c.qk_norm ? a.take(uint64_t(c.head_dim) * 4) : 0;
-    L.wo = a.take(H * uint64_t(c.q_dim()) * e);
+    L.wo = a.take(H * row_q);
     L.mlp_norm = a.take(H * 4);
-    L.w_gate = a.take(I * H * e);
-    L.w_up = a.take(I * H * e);
-    L.w_down = a.take(H * I * e);
+    L.w_gate = a.take(I * row_h);
+    L.w_up = a.take(I * row_h);
+    L.w_down = a.take(H * row_i);
     w.layers.push_back(L);
   }
   w.final_norm = a.take(H * 4);
-  w.lm_head = c.tie_word_embeddings ? w.embed : a.take(uint64_t(c.vocab_size) * H * e);
+  w.lm_head = c.tie_word_embeddings ? w.embed : a.take(uint64_t(c.vocab_size) * row_h);
   w.total_bytes = a.next;
   return w;
 }
 
 void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sink) {
   const ModelConfig& c = model.config;
-  const DType md = w.matrix_dtype;
+  const MatrixFormat md = w.format;
   std::vector<uint8_t> buf;
   auto emit = [&](uint64_t offset, const TensorView& t, DType dtype) {
     buf.clear();
     convert(t, 0, t.numel(), dtype, buf);
     sink(offset, buf.data(), buf.size());
   };
-  emit(w.embed, model.weights.embed, md);
+  auto emit_matrix = [&](uint64_t offset, const TensorView& t) {
+    buf.clear();
+    append_matrix_rows(t, 0, t.shape[0], md, buf);
+    sink(offset, buf.data(), buf.size());
+  };
+  emit_matrix(w.embed, model.weights.embed);
   const int hd = c.head_dim, G = c.group_size();
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = model.weights.layers[size_t(l)];
@@ -157,7 +203,7 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
     std::vector<uint8_t> bias;
     for (int g = 0; g < c.num_kv_heads; ++g) {
       auto rows = [&](const TensorView& m, const TensorView& b, int first_row) {
-        convert(m, int64_t(first_row) * c.hidden_size, int64_t(hd) * c.hidden_size, md, buf);
+        append_matrix_rows(m, first_row, hd, md, buf);
         if (w.has_qkv_bias) convert(b, first_row, hd, DType::F32, bias);
       };
       for (int j = 0; j < G; ++j) rows(L.wq, L.bq, (g * G + j) * hd);
@@ -170,14 +216,14 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
       emit(o.q_norm, L.q_norm, DType::F32);
       emit(o.k_norm, L.k_norm, DType::F32);
     }
-    emit(o.wo, L.wo, md);
+    emit_matrix(o.wo, L.wo);
     emit(o.mlp_norm, L.mlp_norm, DType::F32);
-    emit(o.w_gate, L.w_gate, md);
-    emit(o.w_up, L.w_up, md);
-    emit(o.w_down, L.w_down, md);
+    emit_matrix(o.w_gate, L.w_gate);
+    emit_matrix(o.w_up, L.w_up);
+    emit_matrix(o.w_down, L.w_down);
   }
   emit(w.final_norm, model.weights.final_norm, DType::F32);
-  if (!c.tie_word_embeddings) emit(w.lm_head, model.weights.lm_head, md);
+  if (!c.tie_word_embeddings) emit_matrix(w.lm_head, model.weights.lm_head);
 }
 
 std::vector<uint8_t> pack_weights_to_host(const Model& model, const WeightLayout& layout) {

@@ -1,7 +1,8 @@
 // How the weights are laid out in device memory: one allocation, every piece 256-byte aligned, in the
 // form the kernel reads fastest (docs/weight_layout.md). The emulator uses the same image on the CPU.
 //
-// - Matrices are row-major [out, in] in one matrix dtype (BF16 or F16; F32 files are converted to BF16).
+// - Matrices are row-major [out, in] in one matrix format (runtime/matrix_format.h: BF16 or F16, F32 files
+//   converted to BF16; or FP8 with per-row group scales), the embedding and the LM head included.
 // - Q, K and V are fused into one matrix whose rows are grouped by kv head g:
 //     [ q rows of heads g*G .. g*G+G-1 | k rows of kv head g | v rows of kv head g ],  G = heads per kv head,
 //   so the rows one attention group needs are contiguous and a row block maps to one group.
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/matrix_format.h"
 #include "runtime/model.h"
 
 namespace mk {
@@ -22,7 +24,7 @@ struct LayerOffsets {
 };
 
 struct WeightLayout {
-  DType matrix_dtype = DType::BF16;
+  MatrixFormat format = MatrixFormat::BF16;
   bool has_qkv_bias = false, has_qk_norm = false;
   int qkv_rows = 0;        // q_dim + 2 * kv_dim
   int qkv_group_rows = 0;  // (G + 2) * head_dim
@@ -32,15 +34,16 @@ struct WeightLayout {
 
   // Row of the fused QKV matrix holding row `r` of q (part 0), k (1) or v (2) in the model's own order.
   int qkv_row(const ModelConfig& c, int part, int r) const;
+  // Bytes of one row of a matrix with `cols` columns.
+  uint64_t row_bytes(int cols) const { return uint64_t(matrix_row_bytes(format, cols)); }
 };
 
-// Matrix dtype for a model: its matrices' dtype, with F32 mapped to BF16.
-DType matrix_dtype_for(const Model& model);
-
-WeightLayout plan_weight_layout(const ModelConfig& config, DType matrix_dtype);
+// Checks the model's dimensions against the format's row alignment; throws naming the dimension.
+WeightLayout plan_weight_layout(const ModelConfig& config, MatrixFormat format);
 
 // Streams the packed image piece by piece: `sink(offset, bytes, size)`, in increasing offset order.
-// Converts dtypes on the way. Memory: one tensor at a time. Throws BadModelError naming the tensor and
+// Converts dtypes on the way (to BF16/F16). For FP8, every matrix must be fp8 already (quantize_to_fp8,
+// runtime/quantize.h); its scales are repeated per row group. Memory: one tensor at a time. Throws BadModelError naming the tensor and
 // element when a value is NaN or infinite, or overflows the matrix dtype (an F32 value beyond F16's
 // range): the kernels would turn it into NaN logits and decode token 0 forever.
 using PackSink = std::function<void(uint64_t offset, const void* bytes, size_t size)>;

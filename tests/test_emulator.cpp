@@ -15,6 +15,7 @@
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
 #include "runtime/presets.h"
+#include "runtime/quantize.h"
 #include "runtime/reference.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
@@ -96,6 +97,30 @@ INSTANTIATE_TEST_SUITE_P(
       const ArchCase& c = test_info.param;
       return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) + (c.tied ? "_tied" : "_untied");
     });
+
+// fp8 weights (quantized at load): the reference computes on the dequantized weights, the emulator on
+// the FP8 image's rows (values and group scales).
+TEST(Emulator, Fp8WeightsMatchTheReferenceOnTheDequantizedWeights) {
+  for (Arch arch : {Arch::Llama, Arch::Qwen2, Arch::Qwen3}) {
+    SCOPED_TRACE(arch_name(arch));
+    TinyModelSpec spec;
+    spec.arch = arch;
+    spec.hidden = 256, spec.intermediate = 336, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64;
+    spec.tied = arch == Arch::Qwen2;
+    spec.eos = {};
+    auto dir = test::make_temp_dir("emu-fp8");
+    test::write_tiny_model(dir, spec);
+    LoadOptions load;
+    load.quantize = Quantize::Fp8;
+    const auto model = load_model(dir, load);
+    ASSERT_EQ(matrix_format_for(*model), MatrixFormat::FP8);
+    EmulatorOptions opt;
+    opt.num_workgroups = 11;
+    opt.context = 48;
+    opt.record_logits = true;
+    expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
+  }
+}
 
 TEST(Emulator, GroupedQueryRatiosAndWorkgroupCounts) {
   for (auto [heads, kv] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{8, 1}}) {

@@ -28,7 +28,7 @@ struct Planned {
 Planned plan_for(const std::string& preset, int workgroups = 132) {
   Planned p;
   p.cfg = preset_config(preset);
-  p.layout = plan_weight_layout(p.cfg, DType::BF16);
+  p.layout = plan_weight_layout(p.cfg, MatrixFormat::BF16);
   p.schedule = build_schedule(p.cfg, ScheduleParams{workgroups});
   p.dims = dev::model_dims(p.cfg, p.layout, p.schedule);
   return p;

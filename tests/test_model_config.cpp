@@ -336,6 +336,108 @@ TEST(ModelConfig, QwenSlidingWindowOnlyWhenEnabledOnAllLayers) {
   EXPECT_THAT(parse_error(j), HasSubstr("'layer_types' must be a list of 2 strings"));
 }
 
+// quantization_config: the fp8 checkpoint forms the loader reads as stored (tests/test_fp8_checkpoints.cpp
+// loads them); everything else is named and rejected.
+json compressed_tensors(const json& weights) {
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
+          {"ignore", {"lm_head"}}};
+}
+
+TEST(ModelConfig, QuantizationConfigForms) {
+  EXPECT_EQ(parse(minimal()).quantization.method, WeightQuantization::Method::None);
+  json j = minimal();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}};
+  WeightQuantization q = parse(j).quantization;
+  EXPECT_EQ(q.method, WeightQuantization::Method::FineGrainedFp8);
+  EXPECT_EQ(q.block_rows, 128);  // FineGrainedFP8Config's default block
+  EXPECT_EQ(q.block_cols, 128);
+  j["quantization_config"]["weight_block_size"] = {64, 256};
+  j["quantization_config"]["fmt"] = "e4m3";  // DeepSeek-V3's configs
+  q = parse(j).quantization;
+  EXPECT_EQ(q.block_rows, 64);
+  EXPECT_EQ(q.block_cols, 256);
+
+  j["quantization_config"] = compressed_tensors({{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}});
+  q = parse(j).quantization;
+  EXPECT_EQ(q.method, WeightQuantization::Method::CompressedTensors);
+  EXPECT_TRUE(q.per_channel);
+  EXPECT_FALSE(q.per_tensor);
+  // A second group per tensor, and one that quantizes only activations.
+  j["quantization_config"]["config_groups"]["group_1"] = {
+      {"targets", {"re:.*mlp.*"}}, {"weights", {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}}}};
+  j["quantization_config"]["config_groups"]["group_2"] = {
+      {"targets", {"Linear"}}, {"weights", nullptr}, {"input_activations", {{"num_bits", 8}}}};
+  q = parse(j).quantization;
+  EXPECT_TRUE(q.per_channel);
+  EXPECT_TRUE(q.per_tensor);
+  // "mixed-precision": each group names its format.
+  j["quantization_config"]["format"] = "mixed-precision";
+  EXPECT_THAT(parse_error(j), HasSubstr("missing required key 'quantization_config.config_groups.group_0.format' "
+                                        "(the top-level format is \"mixed-precision\")"));
+  for (const char* g : {"group_0", "group_1", "group_2"})
+    j["quantization_config"]["config_groups"][g]["format"] = "float-quantized";
+  EXPECT_TRUE(parse(j).quantization.per_tensor);
+}
+
+TEST(ModelConfig, UnsupportedQuantization) {
+  json j = minimal();
+  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  std::string msg = parse_error(j);
+  EXPECT_THAT(msg, HasSubstr("unsupported quantization method 'quantization_config.quant_method' = \"gptq\""));
+  EXPECT_THAT(msg, HasSubstr("supported: \"fp8\""));
+  EXPECT_THAT(msg, HasSubstr("\"compressed-tensors\" with format \"float-quantized\""));
+  j["quantization_config"] = {{"bits", 4}};
+  EXPECT_THAT(parse_error(j), HasSubstr("missing required key 'quantization_config.quant_method'"));
+  j["quantization_config"] = "fp8";
+  EXPECT_THAT(parse_error(j), HasSubstr("'quantization_config' must be an object, found \"fp8\""));
+
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 64}}};
+  EXPECT_THAT(parse_error(j),
+              HasSubstr("'quantization_config.weight_block_size' = [128, 64] is not supported: its column "
+                        "size must be a multiple of 128 (the fp8 kernels read one scale per 128 columns "
+                        "of a row)"));
+  j["quantization_config"]["weight_block_size"] = {128, 0};
+  EXPECT_THAT(parse_error(j),
+              HasSubstr("'quantization_config.weight_block_size' must be a list of two positive integers "
+                        "[rows, columns], found [128,0]"));
+  j["quantization_config"]["weight_block_size"] = 128;
+  EXPECT_THAT(parse_error(j),
+              HasSubstr("'quantization_config.weight_block_size' must be a list of two positive integers"));
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e5m2"}};
+  EXPECT_THAT(parse_error(j), HasSubstr("unsupported 'quantization_config.fmt': \"e5m2\" (supported: \"e4m3\")"));
+
+  const json fp8_channel = {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}};
+  j["quantization_config"] = compressed_tensors(fp8_channel);
+  j["quantization_config"]["format"] = "pack-quantized";
+  EXPECT_THAT(parse_error(j), HasSubstr("unsupported compressed-tensors format 'quantization_config.format' = "
+                                        "\"pack-quantized\" (supported: \"float-quantized\", \"naive-quantized\""));
+  struct Case {
+    json weights;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{{{"num_bits", 8}, {"type", "float"}, {"strategy", "block"}, {"block_structure", {128, 128}}},
+                "'quantization_config.config_groups.group_0.weights' has an unsupported weight scheme (num_bits 8, "
+                "type \"float\", strategy \"block\")"},
+           Case{{{"num_bits", 4}, {"type", "int"}, {"group_size", 128}},
+                "unsupported weight scheme (num_bits 4, type \"int\", strategy \"group\")"},
+           Case{{{"num_bits", 8}, {"strategy", "channel"}}, "unsupported weight scheme (num_bits 8, type \"int\""},
+           Case{{{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}, {"symmetric", false}},
+                "'quantization_config.config_groups.group_0.weights.symmetric' = false is not supported"},
+           Case{{{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}, {"dynamic", true}},
+                "'quantization_config.config_groups.group_0.weights.dynamic' = true is not supported for weights"},
+       }) {
+    j["quantization_config"] = compressed_tensors(c.weights);
+    EXPECT_THAT(parse_error(j), HasSubstr(c.message)) << c.weights.dump();
+  }
+  j["quantization_config"] = compressed_tensors(fp8_channel);
+  j["quantization_config"]["config_groups"] = json::object();
+  EXPECT_THAT(parse_error(j),
+              HasSubstr("'quantization_config.config_groups' must be a non-empty object of quantization schemes"));
+}
+
 // Directory-level loading: config.json plus the optional generation_config.json.
 class ModelConfigDir : public ::testing::Test {
  protected:

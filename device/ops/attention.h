@@ -215,7 +215,7 @@ struct AttentionOp : OpDefaults {
         const uint4* krow = reinterpret_cast<const uint4*>(a.k + t * a.stride);
         float dot = 0.f;
 #pragma unroll 1
-        for (int c = 0; c < hd / 8; ++c) dot += dot8<false>(krow[c], q[2 * c], q[2 * c + 1]);  // the cache is bf16
+        for (int c = 0; c < hd / 8; ++c) dot += RowFormat<MatrixFormat::BF16>::dot(krow[c], q[2 * c], q[2 * c + 1]);  // the cache is bf16
         a.scores[j * a.tile + t] = dot * scale;
       }
       __syncthreads();
@@ -409,7 +409,7 @@ struct AttentionOp : OpDefaults {
           const uint4* krow = reinterpret_cast<const uint4*>(kr + t * a.stride);
           float dot = 0.f;
 #pragma unroll 1
-          for (int p = 0; p < row8; ++p) dot += dot8<false>(krow[p], q[2 * p], q[2 * p + 1]);  // the cache is bf16
+          for (int p = 0; p < row8; ++p) dot += RowFormat<MatrixFormat::BF16>::dot(krow[p], q[2 * p], q[2 * p + 1]);  // the cache is bf16
           s = dot;  // q carries the 1 / sqrt(head_dim) (prepare_head)
         }
         float cmax = s;

@@ -13,8 +13,9 @@ struct EmbedOp : OpDefaults {
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr&) {
     const int32_t token = load_fresh(m.p.tokens + m.step);
-    const uint16_t* row = reinterpret_cast<const uint16_t*>(m.matrix(m.p.embed)) + size_t(token) * size_t(m.p.dims.hidden);
-    for (int i = threadIdx.x; i < m.p.dims.hidden; i += kThreads) m.p.x[i] = weight_value<MachineT::kFp16>(row[i]);
+    const int cols = m.p.dims.hidden;
+    const uint8_t* row = m.matrix(m.p.embed) + size_t(token) * m.row_bytes(cols);
+    for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = row_value<MachineT::kFormat>(row, cols, i);
   }
 #endif
 };

@@ -171,6 +171,11 @@ mk_status mk_model_open(const char* path, const mk_model_options* options, mk_mo
     e.context = o.context;
     e.gpu_device = o.gpu_device;
     e.emulator_workgroups = o.emulator_workgroups;
+    switch (o.quantize) {
+      case MK_QUANTIZE_NONE: e.quantize = mk::Quantize::None; break;
+      case MK_QUANTIZE_FP8: e.quantize = mk::Quantize::Fp8; break;
+      default: invalid("mk_model_open: options->quantize is not an mk_quantize");
+    }
     if (o.on_progress)
       e.on_upload_progress = [cb = o.on_progress, user = o.user](uint64_t done, uint64_t total, double s) { cb(done, total, s, user); };
     if (o.on_notice)

@@ -99,6 +99,12 @@ typedef enum mk_stop_reason {
   MK_STOP_CONTEXT_FULL = 4  /* the KV cache is full: reset the session to go on */
 } mk_stop_reason;
 
+/* Load-time quantization of a bf16/fp16 checkpoint's weight matrices (an fp8 checkpoint loads as fp8). */
+typedef enum mk_quantize {
+  MK_QUANTIZE_NONE = 0,
+  MK_QUANTIZE_FP8 = 1 /* fp8 E4M3, one scale per 128 columns of a row; the embedding and the LM head too */
+} mk_quantize;
+
 typedef struct mk_model mk_model;
 typedef struct mk_session mk_session;
 
@@ -114,9 +120,10 @@ typedef struct mk_model_options {
   /* Notices for the user, e.g. the fallback to the CPU emulator and why. May be NULL. */
   void (*on_notice)(const char* message, void* user);
   void* user;
+  mk_quantize quantize; /* MK_QUANTIZE_NONE by default */
 } mk_model_options;
 
-/* Fills the defaults: MK_BACKEND_AUTO, context 0, device 0, 16 emulator workgroups, no callbacks. */
+/* Fills the defaults: MK_BACKEND_AUTO, context 0, device 0, 16 emulator workgroups, no callbacks, no quantization. */
 MK_API void mk_model_options_init(mk_model_options* options);
 
 /* Loads the model directory (config.json, *.safetensors, tokenizer.json, tokenizer_config.json) and

@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
+#include "runtime/quantize.h"
 #include "runtime/weight_layout.h"
 
 namespace mk::emu {
@@ -97,15 +99,39 @@ struct EmulatorState {
   void check_finite(const float* logits, uint32_t step) const;
 
   // ---- weights ----
-  float wt(uint64_t offset, size_t i) const { return load_as_float(weights.data() + offset, layout.matrix_dtype, int64_t(i)); }
+  // Element c of row r of the matrix at `offset` with `cols` columns (runtime/matrix_format.h).
+  float wt(uint64_t offset, size_t cols, size_t r, size_t c) const {
+    const uint8_t* row = matrix_row(offset, cols, r);
+    switch (layout.format) {
+      case MatrixFormat::FP8: return fp8_e4m3_to_float(row[c]) * row_scale(row, cols, c);
+      case MatrixFormat::F16: return load_as_float(row, DType::F16, int64_t(c));
+      default: return load_as_float(row, DType::BF16, int64_t(c));
+    }
+  }
   const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(weights.data() + offset); }
   // dot(row `r` of matrix at `offset` with `cols` columns, v), accumulated in fp32 like the kernel.
   float dot_row(uint64_t offset, size_t r, size_t cols, const float* v) const { return dot_row_part(offset, r, cols, 0, cols, v, 0.f); }
   // The same sum continued over columns [c0, c1) from `acc` (v holds those columns): summing a row slice
   // by slice, in order, gives dot_row's value bit for bit.
   float dot_row_part(uint64_t offset, size_t r, size_t cols, size_t c0, size_t c1, const float* v, float acc) const {
-    for (size_t c = c0; c < c1; ++c) acc += wt(offset, r * cols + c) * v[c - c0];
+    const uint8_t* row = matrix_row(offset, cols, r);
+    switch (layout.format) {
+      case MatrixFormat::FP8:
+        for (size_t c = c0; c < c1; ++c) acc += fp8_e4m3_to_float(row[c]) * row_scale(row, cols, c) * v[c - c0];
+        break;
+      case MatrixFormat::F16:
+        for (size_t c = c0; c < c1; ++c) acc += load_as_float(row, DType::F16, int64_t(c)) * v[c - c0];
+        break;
+      default:
+        for (size_t c = c0; c < c1; ++c) acc += load_as_float(row, DType::BF16, int64_t(c)) * v[c - c0];
+    }
     return acc;
+  }
+  const uint8_t* matrix_row(uint64_t offset, size_t cols, size_t r) const { return weights.data() + offset + r * layout.row_bytes(int(cols)); }
+  static float row_scale(const uint8_t* row, size_t cols, size_t c) {
+    float s;
+    std::memcpy(&s, row + cols + 4 * (c / kScaleGroup), 4);
+    return s;
   }
   std::vector<float> rms_norm(const float* v, size_t n, const float* weight) const {
     float ss = 0.f;

@@ -7,8 +7,11 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <map>
 #include <string>
 #include <system_error>
+
+#include "runtime/model.h"
 
 namespace mk::cli {
 
@@ -27,6 +30,23 @@ inline CLI::Validator int_range(long long min, long long max) {
         return fmt::format("{} is not a whole number (expected one from {} to {})", input, min, max);
       },
       fmt::format("INT in [{} - {}]", min, max));
+}
+
+// --quantize none|fp8: load-time quantization of a bf16/fp16 checkpoint (fp8 checkpoints load as fp8
+// whatever it says).
+inline CLI::Option* add_quantize_option(CLI::App& app, Quantize& quantize) {
+  static const std::map<std::string, Quantize> kNames{{"none", Quantize::None}, {"fp8", Quantize::Fp8}};
+  return app
+      .add_option("--quantize", quantize,
+                  "quantize the weight matrices at load time: none, or fp8 (E4M3, one scale per 128 columns of a row; the "
+                  "embedding and the LM head too)")
+      ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
+      ->default_str("none");
+}
+
+// Progress of load-time quantization on stderr, one line rewritten in place.
+inline void print_quantize_progress(int done, int total) {
+  fmt::print(stderr, "\rquantizing the weight matrices to fp8: {}/{}{}", done, total, done == total ? "\n" : "");
 }
 
 }  // namespace mk::cli

@@ -61,7 +61,7 @@ void check_limits(const mk::ModelConfig& c) {
 }
 
 void check_layout(const mk::ModelConfig& c) {
-  const mk::WeightLayout w = mk::plan_weight_layout(c, mk::DType::BF16);
+  const mk::WeightLayout w = mk::plan_weight_layout(c, mk::MatrixFormat::BF16);
   using u128 = unsigned __int128;
   const u128 H = u128(c.hidden_size), I = u128(c.intermediate_size), V = u128(c.vocab_size);
   const u128 qkv = u128(c.q_dim()) + 2 * u128(c.kv_dim());

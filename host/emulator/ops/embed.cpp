@@ -6,7 +6,7 @@ namespace mk::emu {
 void emulate_embed(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   const int32_t tok = *s.read(c, s.tokens, step, step + 1);
   float* out = s.write(c, s.x, 0, s.x.data.size());
-  for (size_t i = 0; i < s.x.data.size(); ++i) out[i] = s.wt(s.layout.embed, size_t(tok) * s.x.data.size() + i);
+  for (size_t i = 0; i < s.x.data.size(); ++i) out[i] = s.wt(s.layout.embed, s.x.data.size(), size_t(tok), i);
 }
 
 }  // namespace mk::emu

@@ -1,0 +1,167 @@
+// Load-time fp8 quantization and the FP8 matrix format of the weight image.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/presets.h"
+#include "runtime/quantize.h"
+#include "runtime/weight_layout.h"
+#include "tests/helpers/error_of.h"
+#include "tests/helpers/tiny_model.h"
+
+namespace mk {
+namespace {
+
+using ::testing::HasSubstr;
+
+test::TinyModelSpec fp8_spec() {
+  test::TinyModelSpec spec;
+  spec.hidden = 256;        // two 128-column groups per row of the hidden-wide matrices
+  spec.intermediate = 336;  // three groups, the last one short (80 columns)
+  spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64;
+  return spec;
+}
+
+struct Pair {
+  std::unique_ptr<Model> original, quantized;
+};
+
+Pair load_both(const test::TinyModelSpec& spec, const std::string& tag) {
+  const auto dir = test::make_temp_dir(tag);
+  test::write_tiny_model(dir, spec);
+  LoadOptions fp8;
+  fp8.quantize = Quantize::Fp8;
+  return {load_model(dir), load_model(dir, fp8)};
+}
+
+TEST(Quantize, EveryMatrixBecomesFp8WithOneScalePerGroupOfARow) {
+  const Pair m = load_both(fp8_spec(), "quantize");
+  EXPECT_EQ(matrix_format_for(*m.original), MatrixFormat::BF16);
+  EXPECT_EQ(matrix_format_for(*m.quantized), MatrixFormat::FP8);
+  const auto originals = weight_matrices(*m.original);
+  const auto quantized = weight_matrices(*m.quantized);
+  ASSERT_EQ(originals.size(), quantized.size());
+  for (size_t i = 0; i < originals.size(); ++i) {
+    const TensorView& o = *originals[i];
+    const TensorView& q = *quantized[i];
+    SCOPED_TRACE(o.name);
+    ASSERT_EQ(q.dtype, DType::F8_E4M3);
+    ASSERT_TRUE(q.quantized());
+    EXPECT_EQ(q.shape, o.shape);
+    const int64_t rows = o.shape[0], cols = o.shape[1];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+        const int64_t c1 = std::min(cols, c0 + 128);
+        float amax = 0.f;
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(o.at(r * cols + c)));
+        const float s = q.scale.at(r, c0);
+        ASSERT_EQ(s, amax / 448.0f) << "row " << r << ", group at " << c0;
+        for (int64_t c = c0; c < c1; ++c) {
+          // Half an fp8 step: 2^-4 of the value for normals, 2^-10 of the scale for subnormals.
+          const float v = o.at(r * cols + c), d = q.at(r * cols + c);
+          const float bound = std::max(std::fabs(v) * 0x1p-4f, s * 0x1p-10f) * 1.0001f;
+          ASSERT_LE(std::fabs(d - v), bound) << "[" << r << ", " << c << "]: " << v << " became " << d;
+        }
+      }
+    }
+  }
+}
+
+TEST(Quantize, ATiedLmHeadStaysTheEmbedding) {
+  test::TinyModelSpec spec = fp8_spec();
+  spec.tied = true;
+  const Pair m = load_both(spec, "quantize-tied");
+  EXPECT_EQ(m.quantized->weights.lm_head.data, m.quantized->weights.embed.data);
+  EXPECT_EQ(m.quantized->weights.lm_head.scale.data, m.quantized->weights.embed.scale.data);
+  EXPECT_EQ(m.quantized->weights.lm_head.dtype, DType::F8_E4M3);
+}
+
+// The image's FP8 rows, read back by the format's definition (runtime/matrix_format.h): the values, then
+// one f32 scale per 128 columns, padded to 16 bytes.
+TEST(Quantize, TheImageHoldsEachRowsValuesThenItsScales) {
+  const Pair m = load_both(fp8_spec(), "quantize-image");
+  const Model& model = *m.quantized;
+  const WeightLayout layout = plan_weight_layout(model.config, MatrixFormat::FP8);
+  const std::vector<uint8_t> image = pack_weights_to_host(model, layout);
+  struct Case {
+    uint64_t offset;
+    const TensorView* t;
+  };
+  const LayerWeights& L = model.weights.layers[1];
+  const LayerOffsets& o = layout.layers[1];
+  for (const Case& c : {Case{o.w_down, &L.w_down}, Case{o.w_gate, &L.w_gate}, Case{o.wo, &L.wo}, Case{layout.embed, &model.weights.embed}}) {
+    SCOPED_TRACE(c.t->name);
+    const int64_t rows = c.t->shape[0], cols = c.t->shape[1];
+    const int64_t groups = (cols + 127) / 128, row_bytes = cols + (groups * 4 + 15) / 16 * 16;
+    EXPECT_EQ(uint64_t(row_bytes), layout.row_bytes(int(cols)));
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = image.data() + c.offset + uint64_t(r * row_bytes);
+      ASSERT_EQ(std::memcmp(row, static_cast<const uint8_t*>(c.t->data) + r * cols, size_t(cols)), 0) << "row " << r;
+      for (int64_t g = 0; g < groups; ++g) {
+        float s;
+        std::memcpy(&s, row + cols + 4 * g, 4);
+        ASSERT_EQ(s, c.t->scale.at(r, g * 128)) << "row " << r << ", group " << g;
+      }
+      for (int64_t pad = cols + 4 * groups; pad < row_bytes; ++pad) ASSERT_EQ(row[pad], 0) << "row " << r;
+    }
+  }
+  // The fused QKV rows are the q, k and v rows in the kv-group order, each with its own scales.
+  const int64_t H = model.config.hidden_size, row_bytes = H + 16;
+  const int fused = layout.qkv_row(model.config, 2, 5);  // v row 5
+  EXPECT_EQ(std::memcmp(image.data() + o.wqkv + uint64_t(fused * row_bytes), static_cast<const uint8_t*>(L.wv.data) + 5 * H,
+                        size_t(H)),
+            0);
+}
+
+TEST(Quantize, AnFp8ImageRefusesAnUnquantizedMatrixAndAForeignBlockShape) {
+  const Pair m = load_both(fp8_spec(), "quantize-refuse");
+  Model& model = *m.quantized;
+  const WeightLayout layout = plan_weight_layout(model.config, MatrixFormat::FP8);
+  const TensorView quantized_down = model.weights.layers[0].w_down;
+  model.weights.layers[0].w_down = m.original->weights.layers[0].w_down;  // bf16 among fp8
+  EXPECT_THAT(test::error_of([&] { pack_weights_to_host(model, layout); }),
+              HasSubstr("tensor model.layers.0.mlp.down_proj.weight is BF16, but the model's matrices are fp8"));
+  model.weights.layers[0].w_down = quantized_down;
+  model.weights.layers[0].w_down.scale.block_cols = 64;  // a block scale that splits a 128-column group
+  EXPECT_THAT(test::error_of([&] { pack_weights_to_host(model, layout); }),
+              HasSubstr("scale blocks of 64 columns do not cover whole 128-column groups"));
+}
+
+TEST(Quantize, AnFp8ImageNeedsColumnsInMultiplesOf16) {
+  test::TinyModelSpec spec = fp8_spec();
+  spec.intermediate = 328;  // a multiple of 8, not of 16
+  const auto dir = test::make_temp_dir("quantize-cols");
+  test::write_tiny_model(dir, spec);
+  const auto model = load_model(dir);
+  EXPECT_THAT(test::error_of([&] { plan_weight_layout(model->config, MatrixFormat::FP8); }),
+              HasSubstr("intermediate_size = 328 is not a multiple of 16, which fp8 matrices need"));
+}
+
+TEST(Quantize, ANonFiniteWeightIsNamed) {
+  test::TinyModelSpec spec = fp8_spec();
+  const auto dir = test::make_temp_dir("quantize-nan");
+  auto tensors = test::write_tiny_model(dir, spec);
+  for (auto& t : tensors)
+    if (t.name == "model.layers.1.self_attn.o_proj.weight") {
+      const uint16_t inf = 0x7f80;  // bf16 +inf
+      std::memcpy(t.bytes.data() + 2 * (3 * 256 + 7), &inf, 2);
+    }
+  test::write_safetensors(dir / "model.safetensors", tensors);
+  LoadOptions fp8;
+  fp8.quantize = Quantize::Fp8;
+  EXPECT_THAT(test::error_of([&] { load_model(dir, fp8); }),
+              HasSubstr("tensor model.layers.1.self_attn.o_proj.weight: element [3, 7] is inf"));
+}
+
+// A preset has no tensors; mk-bench's --quantize fp8 asks for the FP8 image through it.
+TEST(Quantize, APresetCarriesItsMatrixFormat) {
+  EXPECT_EQ(matrix_format_for(*preset_model("llama-3.2-1b")), MatrixFormat::BF16);
+  EXPECT_EQ(matrix_format_for(*preset_model("llama-3.2-1b", MatrixFormat::FP8)), MatrixFormat::FP8);
+  EXPECT_EQ(matrix_format_for(*preset_model("qwen2.5-0.5b", MatrixFormat::F16)), MatrixFormat::F16);
+}
+
+}  // namespace
+}  // namespace mk
