@@ -15,23 +15,25 @@ __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / MK_WARP_SIZ
 
 // How a GEMV reads a row of each matrix format (runtime/matrix_format.h): in pieces of 8 weights, piece c
 // holding the row's elements 8c..8c+7, times the activations of those elements (a: the first four, b:
-// the last four). A format with scales multiplies each piece's sum by its group's scale (scaled()).
+// the last four). A format with scales (kScaled) multiplies each piece's sum by its group's scale.
 template <MatrixFormat F>
 struct RowFormat;
+
+// A 16-byte piece of 8 16-bit weights: each word decoded to its (low, high) pair of floats by `decode`.
+template <typename Decode>
+__device__ __forceinline__ float dot_16bit_piece(uint4 w, float4 a, float4 b, Decode decode) {
+  const float2 p0 = decode(w.x), p1 = decode(w.y), p2 = decode(w.z), p3 = decode(w.w);
+  return p0.x * a.x + p0.y * a.y + p1.x * a.z + p1.y * a.w + p2.x * b.x + p2.y * b.y + p3.x * b.z + p3.y * b.w;
+}
 
 template <>
 struct RowFormat<MatrixFormat::BF16> {
   using Piece = uint4;  // 8 bf16
   static constexpr bool kScaled = false;
   __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) {
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-    float lo[4], hi[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = __uint_as_float(words[i] << 16);
-      hi[i] = __uint_as_float(words[i] & 0xffff0000u);
-    }
-    return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
+    return dot_16bit_piece(w, a, b, [](uint32_t word) {
+      return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+    });
   }
   __device__ static __forceinline__ float value(const uint8_t* row, int c) { return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]); }
 };
@@ -41,15 +43,7 @@ struct RowFormat<MatrixFormat::F16> {
   using Piece = uint4;  // 8 halves
   static constexpr bool kScaled = false;
   __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) {
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-    float lo[4], hi[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = half2_bits_to_float2(words[i]);
-      lo[i] = f.x;
-      hi[i] = f.y;
-    }
-    return lo[0] * a.x + hi[0] * a.y + lo[1] * a.z + hi[1] * a.w + lo[2] * b.x + hi[2] * b.y + lo[3] * b.z + hi[3] * b.w;
+    return dot_16bit_piece(w, a, b, [](uint32_t word) { return half2_bits_to_float2(word); });
   }
   __device__ static __forceinline__ float value(const uint8_t* row, int c) {
     return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(row)[c]));

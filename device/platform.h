@@ -29,26 +29,13 @@ __device__ __forceinline__ T load_fresh(const T* p) {
 #endif
 }
 
-// Weights never change during a launch: the read-only path.
-__device__ __forceinline__ uint4 load_weight(const uint4* p) {
+// Weights never change during a launch: the read-only path (T: a 16- or 8-byte piece, or a scale).
+template <typename T>
+__device__ __forceinline__ T load_weight(const T* p) {
 #if defined(MK_PLATFORM_NVIDIA)
   return __ldg(p);
 #else
-  return *p;  // AMD: the same global_load_dwordx4; weights are never written during the launch
-#endif
-}
-__device__ __forceinline__ uint2 load_weight(const uint2* p) {
-#if defined(MK_PLATFORM_NVIDIA)
-  return __ldg(p);
-#else
-  return *p;
-#endif
-}
-__device__ __forceinline__ float load_weight(const float* p) {
-#if defined(MK_PLATFORM_NVIDIA)
-  return __ldg(p);
-#else
-  return *p;
+  return *p;  // AMD: the same global loads; weights are never written during the launch
 #endif
 }
 
