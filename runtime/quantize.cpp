@@ -35,9 +35,10 @@ void quantize_matrix(TensorView& t, std::vector<std::shared_ptr<const std::vecto
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t c0 = g * kScaleGroup, c1 = std::min(cols, c0 + kScaleGroup);
+      float group[kScaleGroup];  // read once: at() converts from the checkpoint's dtype
       float amax = 0.f;
       for (int64_t c = c0; c < c1; ++c) {
-        const float v = t.at(r * cols + c);
+        const float v = group[c - c0] = t.at(r * cols + c);
         if (!std::isfinite(v))
           throw BadModelError(fmt::format("tensor {}: element [{}, {}] is {}; a model with NaN or infinite weights cannot run",
                                           t.name, r, c, v));
@@ -45,7 +46,7 @@ void quantize_matrix(TensorView& t, std::vector<std::shared_ptr<const std::vecto
       }
       const float s = amax > 0.f ? amax / kFp8Max : 1.0f;
       scale[r * groups + g] = s;
-      for (int64_t c = c0; c < c1; ++c) (*values)[size_t(r * cols + c)] = float_to_fp8_e4m3(t.at(r * cols + c) / s);
+      for (int64_t c = c0; c < c1; ++c) (*values)[size_t(r * cols + c)] = float_to_fp8_e4m3(group[c - c0] / s);
     }
   }
   TensorView q;
