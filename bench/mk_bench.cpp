@@ -20,6 +20,7 @@
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
+#include "runtime/weight_layout.h"
 #include "topology/sync_grouping.h"
 
 #include "mk_git_commit.h"  // generated at build time: MK_GIT_COMMIT
@@ -44,10 +45,11 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
-// Bytes the decode of one token must read: every weight except the embedding table (one row of it),
-// plus the K and V rows of every cached position in every layer.
-double bytes_per_token(const mk::ModelConfig& c, uint64_t weight_image_bytes, double cached_positions) {
-  const double row = double(c.hidden_size) * 2;
+// Bytes the decode of one token must read: every weight except the embedding table (one row of it, in
+// the image's head format: `embed_row_bytes`), plus the K and V rows of every cached position in every
+// layer.
+double bytes_per_token(const mk::ModelConfig& c, uint64_t weight_image_bytes, uint64_t embed_row_bytes, double cached_positions) {
+  const double row = double(embed_row_bytes);
   const double embed = double(c.vocab_size) * row;
   const double weights = double(weight_image_bytes) - (c.tie_word_embeddings ? 0.0 : embed - row);
   const double kv = 2.0 * c.num_layers * c.num_kv_heads * cached_positions * c.head_dim * 2;
@@ -146,8 +148,8 @@ int run(int argc, char** argv) {
   app.add_option("--preset", preset, fmt::format("real model shape, random weights ({})", fmt::join(mk::preset_names(), ", ")))
       ->capture_default_str();
   app.add_option("-m,--model", model_dir, "a Hugging Face model directory instead of a preset");
-  mk::Quantize quantize = mk::Quantize::None;
-  mk::cli::add_quantize_option(app, quantize);
+  mk::LoadOptions load;
+  mk::cli::add_quantize_options(app, load);
   app.add_option("--depths", depths_text, "context depths, comma-separated")->capture_default_str();
   app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(mk::cli::int_range(2, 100000));
   app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(mk::cli::int_range(1, 1000));
@@ -207,8 +209,7 @@ int run(int argc, char** argv) {
   if (!mk::gpu_available(&why)) mk::fail("mk-bench needs a GPU; none is usable here: {}", why);
   const auto ceilings = mk::measure_bandwidth();
   std::unique_ptr<mk::Model> model =
-      model_dir.empty() ? mk::preset_model(preset, quantize == mk::Quantize::Fp8 ? mk::MatrixFormat::FP8 : mk::MatrixFormat::BF16)
-                        : mk::load_model(model_dir, mk::LoadOptions{quantize, mk::cli::print_quantize_progress});
+      model_dir.empty() ? mk::preset_model(preset, load) : mk::load_model(model_dir, load);
   mk::GpuOptions opt;
   opt.context = max_depth + tokens + 1;
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
@@ -283,7 +284,8 @@ int run(int argc, char** argv) {
     r.median_ms = median(r.ms_per_token);
     r.min_ms = *std::min_element(r.ms_per_token.begin(), r.ms_per_token.end());
     r.max_ms = *std::max_element(r.ms_per_token.begin(), r.ms_per_token.end());
-    r.bytes_per_token = bytes_per_token(cfg, gpu->weight_bytes(), depth + 0.5 * tokens);
+    r.bytes_per_token = bytes_per_token(cfg, gpu->weight_bytes(), mk::plan_weight_layout(*model).head_row_bytes(cfg.hidden_size),
+                                        depth + 0.5 * tokens);
     results.push_back(r);
   }
 
@@ -293,6 +295,9 @@ int run(int argc, char** argv) {
     j["commit"] = MK_GIT_COMMIT;
     j["device"] = {{"name", info.name}, {"sms", info.sm_count}, {"read_gbps", ceilings.read_gbps}, {"copy_gbps", ceilings.copy_gbps}};
     j["model"] = model_name;
+    const mk::WeightLayout layout = mk::plan_weight_layout(*model);
+    j["matrix_format"] = std::string(mk::matrix_format_name(layout.format));
+    j["head_format"] = std::string(mk::matrix_format_name(layout.head_format));
     j["tokens_per_repetition"] = tokens;
     j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
@@ -316,10 +321,11 @@ int run(int argc, char** argv) {
   fmt::print("mk-bench  commit {}\n", MK_GIT_COMMIT);
   fmt::print("device: {} ({} SMs, {:.1f} GiB); measured now: streaming read {:.0f} GB/s, copy {:.0f} GB/s (read+write)\n",
              info.name, info.sm_count, double(info.total_memory) / (1 << 30), ceilings.read_gbps, ceilings.copy_gbps);
-  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB; {} attention splits per kv head, one launch per "
-             "repetition\nengine: {}\n",
-             model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, gpu->schedule().attention_splits,
-             gpu->name());
+  const mk::WeightLayout layout = mk::plan_weight_layout(*model);
+  fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB ({}, embedding and LM head {}); {} attention splits per kv "
+             "head, one launch per repetition\nengine: {}\n",
+             model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, mk::matrix_format_name(layout.format),
+             mk::matrix_format_name(layout.head_format), gpu->schedule().attention_splits, gpu->name());
   fmt::print("batch 1, greedy, {} tokens per repetition, {} repetitions (median [min, max]); context depth = cached "
              "positions before the first generated token (filled with random K/V)\n\n",
              tokens, reps);

@@ -15,7 +15,8 @@ __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / MK_WARP_SIZ
 
 // How a GEMV reads a row of each matrix format (runtime/matrix_format.h): in pieces of 8 weights, piece c
 // holding the row's elements 8c..8c+7, times the activations of those elements (a: the first four, b:
-// the last four). A format with scales (kScaled) multiplies each piece's sum by its group's scale.
+// the last four). A format with scales (kScaled) reads each piece's group parameters (`Group`, from the
+// row's tail: shared memory or global) and folds them into the piece's sum.
 template <MatrixFormat F>
 struct RowFormat;
 
@@ -35,7 +36,6 @@ struct RowFormat<MatrixFormat::BF16> {
       return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
     });
   }
-  __device__ static __forceinline__ float value(const uint8_t* row, int c) { return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]); }
 };
 
 template <>
@@ -44,9 +44,6 @@ struct RowFormat<MatrixFormat::F16> {
   static constexpr bool kScaled = false;
   __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) {
     return dot_16bit_piece(w, a, b, [](uint32_t word) { return half2_bits_to_float2(word); });
-  }
-  __device__ static __forceinline__ float value(const uint8_t* row, int c) {
-    return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(row)[c]));
   }
 };
 
@@ -57,6 +54,7 @@ template <>
 struct RowFormat<MatrixFormat::FP8> {
   using Piece = uint2;  // 8 fp8
   static constexpr bool kScaled = true;
+  using Group = float;  // the scale
 #if defined(MK_PLATFORM_NVIDIA)
   // Hopper converts two fp8 to a half2 in one instruction (F2FP), exactly: every e4m3 value is a half.
   // 7% faster at Llama-3.1-8B than the bit operations below, which the AMD build uses (H200, docs/log.md).
@@ -79,41 +77,81 @@ struct RowFormat<MatrixFormat::FP8> {
     return even.x * a.x + odd.x * a.y + even.y * a.z + odd.y * a.w;
   }
 #endif
-  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b) { return dot4(w.x, a) + dot4(w.y, b); }
-  // The factor of piece c's sum: its group's scale (after the row's `cols` values); the sum is first
-  // brought back from dot4's unit (a separate multiply: scale * kUnit could overflow).
-  __device__ static __forceinline__ float scale(const uint8_t* row, int cols, int c) {
+  // The sum is first brought back from dot4's unit (a separate multiply: scale * kUnit could overflow).
+  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b, Group scale) { return (dot4(w.x, a) + dot4(w.y, b)) * kUnit * scale; }
+  // Piece c's group scale (after the row's `cols` values).
+  __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int c) {
     return reinterpret_cast<const float*>(row + cols)[c / (kScaleGroup / 8)];
   }
-  __device__ static __forceinline__ float scale_global(const uint8_t* row, int cols, int c) {
+  __device__ static __forceinline__ Group group_global(const uint8_t* row, int cols, int c) {
     return load_weight(reinterpret_cast<const float*>(row + cols) + c / (kScaleGroup / 8));
-  }
-  __device__ static __forceinline__ float value(const uint8_t* row, int cols, int c) {
-    return fp8_e4m3_to_float(row[c]) * reinterpret_cast<const float*>(row + cols)[c / kScaleGroup];
   }
 };
 
-// Piece c of a row times (a, b), scaled when the format has scales: in shared memory (the weight
-// stream's slots) and in global memory (the register path).
+// int4 with a zero point per group: a piece is one 32-bit word of 8 codes (runtime/matrix_format.h's
+// nibble order). Each code minus the zero point is made exactly as a half (an integer in [-15, 15]),
+// then a float; products and sums are fp32, and the piece's sum is scaled by its group's scale.
+template <>
+struct RowFormat<MatrixFormat::INT4> {
+  using Piece = uint32_t;
+  static constexpr bool kScaled = true;
+  struct Group {
+    float scale;
+    uint32_t zero;
+  };
+  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b, Group g) {
+#if defined(MK_PLATFORM_NVIDIA)
+    // A code q under a mask that leaves it in a half's low mantissa bits, OR 0x6400 (1024, whose ulp is
+    // 1), is the half 1024 + q; minus 1024 + zero it is q - zero. A code four bits higher makes
+    // 1024 + 16 q, and (1024 + 16 q) / 16 - (64 + zero) is q - zero in one fused, exact step. The word's
+    // pairs (8k, 8k+1) ... sit 16 bits apart, so each mask decodes two elements.
+    const __half2 base = u32_as_half2((0x6400u + g.zero) * 0x10001u);           // 1024 + zero, twice
+    const __half2 base16 = u32_as_half2((0xd400u + 16u * g.zero) * 0x10001u);   // -(64 + zero), twice
+    const __half2 sixteenth = u32_as_half2(0x2c002c00u);                         // 1/16, twice
+    const uint32_t hi = w >> 8;
+    const float2 e01 = __half22float2(__hsub2(u32_as_half2((w & 0x000f000fu) | 0x64006400u), base));
+    const float2 e23 = __half22float2(__hfma2(u32_as_half2((w & 0x00f000f0u) | 0x64006400u), sixteenth, base16));
+    const float2 e45 = __half22float2(__hsub2(u32_as_half2((hi & 0x000f000fu) | 0x64006400u), base));
+    const float2 e67 = __half22float2(__hfma2(u32_as_half2((hi & 0x00f000f0u) | 0x64006400u), sixteenth, base16));
+    return (e01.x * a.x + e01.y * a.y + e23.x * a.z + e23.y * a.w + e45.x * b.x + e45.y * b.y + e67.x * b.z + e67.y * b.w) * g.scale;
+#else
+    const int z = int(g.zero);
+    auto e = [&](int i) { return float(int((w >> (4 * int4_nibble(i))) & 0xfu) - z); };
+    return (e(0) * a.x + e(1) * a.y + e(2) * a.z + e(3) * a.w + e(4) * b.x + e(5) * b.y + e(6) * b.z + e(7) * b.w) * g.scale;
+#endif
+  }
+  // Piece c's group: its scale after the row's cols / 2 bytes of codes, its zero point after the scales.
+  __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int c) {
+    const int g = c / (kScaleGroup / 8);
+    const uint8_t* tail = row + cols / 2;
+    return {reinterpret_cast<const float*>(tail)[g], tail[4 * scale_groups(cols) + g]};
+  }
+  __device__ static __forceinline__ Group group_global(const uint8_t* row, int cols, int c) {
+    const int g = c / (kScaleGroup / 8);
+    const uint8_t* tail = row + cols / 2;
+    return {load_weight(reinterpret_cast<const float*>(tail) + g), uint32_t(load_weight(tail + 4 * scale_groups(cols) + g))};
+  }
+#if defined(MK_PLATFORM_NVIDIA)
+  __device__ static __forceinline__ __half2 u32_as_half2(uint32_t u) {
+    __half2 h;
+    __builtin_memcpy(&h, &u, 4);
+    return h;
+  }
+#endif
+};
+
+// Piece c of a row times (a, b), with its group's parameters when the format has them: read from shared
+// memory (the weight stream's slots) or from global memory (the register path).
 template <MatrixFormat F>
 __device__ __forceinline__ float piece_dot(typename RowFormat<F>::Piece w, const uint8_t* row, int cols, int c, float4 a, float4 b) {
-  const float d = RowFormat<F>::dot(w, a, b);
-  if constexpr (RowFormat<F>::kScaled) return d * RowFormat<F>::kUnit * RowFormat<F>::scale(row, cols, c);
-  else return d;
+  if constexpr (RowFormat<F>::kScaled) return RowFormat<F>::dot(w, a, b, RowFormat<F>::group(row, cols, c));
+  else return RowFormat<F>::dot(w, a, b);
 }
 template <MatrixFormat F>
 __device__ __forceinline__ float piece_dot_global(typename RowFormat<F>::Piece w, const uint8_t* row, int cols, int c, float4 a,
                                                   float4 b) {
-  const float d = RowFormat<F>::dot(w, a, b);
-  if constexpr (RowFormat<F>::kScaled) return d * RowFormat<F>::kUnit * RowFormat<F>::scale_global(row, cols, c);
-  else return d;
-}
-
-// Element c of a row (the embedding's gather).
-template <MatrixFormat F>
-__device__ __forceinline__ float row_value(const uint8_t* row, int cols, int c) {
-  if constexpr (RowFormat<F>::kScaled) return RowFormat<F>::value(row, cols, c);
-  else return RowFormat<F>::value(row, c);
+  if constexpr (RowFormat<F>::kScaled) return RowFormat<F>::dot(w, a, b, RowFormat<F>::group_global(row, cols, c));
+  else return RowFormat<F>::dot(w, a, b);
 }
 
 // The activation vector of a GEMV lives in shared memory in two planes: float4 c of the first plane holds

@@ -133,7 +133,7 @@ class MonokernelBackend final : public GpuBackend {
       fail("context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
-    layout_ = plan_weight_layout(cfg_, matrix_format_for(model));
+    layout_ = plan_weight_layout(model);
     schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))

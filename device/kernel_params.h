@@ -40,7 +40,8 @@ struct ModelDims {
   int qkv_rows, qkv_group_rows, attention_splits, lm_head_slots;
   float rms_eps;
   bool qkv_bias, qk_norm;
-  MatrixFormat format;  // of every weight matrix (runtime/matrix_format.h)
+  MatrixFormat format;       // of the layers' weight matrices (runtime/matrix_format.h)
+  MatrixFormat head_format;  // of the embedding and the LM head
 };
 
 // Shared memory of one attention instruction on the tile path (device/ops/attention.h).

@@ -10,7 +10,7 @@ ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Sch
   return ModelDims{c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
                    c.head_dim, c.group_size(), c.vocab_size, layout.qkv_rows, layout.qkv_group_rows,
                    schedule.attention_splits, schedule.lm_head_slots, c.rms_norm_eps, c.qkv_bias,
-                   c.qk_norm, layout.format};
+                   c.qk_norm, layout.format, layout.head_format};
 }
 
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
@@ -25,7 +25,7 @@ size_t longest_gemv_row_bytes(const ModelDims& d) {
     Instr in;
     in.op = Op(op);
     const GemvMatrices g = op_gemv(in, d, LayerOffsets{}, 0);
-    if (g.parts > 0) longest = std::max(longest, size_t(g.parts) * size_t(matrix_row_bytes(d.format, g.cols)));
+    if (g.parts > 0) longest = std::max(longest, size_t(g.parts) * size_t(matrix_row_bytes(g.format, g.cols)));
   }
   return longest;
 }

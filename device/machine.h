@@ -17,7 +17,8 @@ namespace mk::dev {
 // in a register, live across every instruction's body, made the long-context profiling kernels spill.
 __shared__ unsigned long long profile_prologue_end;
 
-// Format: the weight matrices' format (runtime/matrix_format.h); Stream: GEMV weights come through the weight stream (else straight into
+// Format: the layers' weight matrices' format (runtime/matrix_format.h; a quantized one's kernel also
+// reads a 16-bit head); Stream: GEMV weights come through the weight stream (else straight into
 // registers); Profile: the timers of --profile / --trace are compiled in; LongContext: attention's warp
 // path (device/ops/attention.h), for launches that reach long splits (attention_long_context). Each combination is its own
 // kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
@@ -61,33 +62,42 @@ struct Machine {
 
   __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
   __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
-  __device__ size_t row_bytes(int cols) const { return size_t(matrix_row_bytes(kFormat, cols)); }
 
   // One GEMV instruction: `prologue()` (block-wide, ends with __syncthreads) fills the activation vector
   // (planes, at the start of smem); then each row r of [begin, end) is dotted with it and `emit(r, v0,
   // v1)` runs on lane 0 (v1: the up row's value for gate_up, else unused). Weights come through the
-  // weight stream when the host gave it slots, else straight into registers.
-  template <typename Prologue, typename Emit>
+  // weight stream when the host gave it slots, else straight into registers. kHead: the matrix is the
+  // LM head, which next to quantized layers may be 16-bit (ModelDims::head_format).
+  template <bool kHead = false, typename Prologue, typename Emit>
   __device__ void gemv(const Instr& in, Prologue prologue, Emit emit) {
     GemvShape s;
     gemv_shape(p, in, &s);
     prologue();
     mark_prologue_end();
+    if constexpr (kHead && matrix_format_quantized(kFormat)) {
+      if (s.format == MatrixFormat::F16) return gemv_rows<MatrixFormat::F16>(s, emit);
+      if (s.format == MatrixFormat::BF16) return gemv_rows<MatrixFormat::BF16>(s, emit);
+    }
+    gemv_rows<kFormat>(s, emit);
+  }
+
+  template <MatrixFormat F, typename Emit>
+  __device__ void gemv_rows(const GemvShape& s, Emit emit) {
     const float4* x = reinterpret_cast<const float4*>(smem);
-    if constexpr (kStream) streamed(s, x, emit);
-    else registers(s, x, emit);
+    if constexpr (kStream) streamed<F>(s, x, emit);
+    else registers<F>(s, x, emit);
   }
 
   // Warp 0 (lane 0) issues the chunks; the other warps take rows j, j + kWarps - 1, ... of the
   // instruction, each row whole (no cross-warp reduction), reading weights and activations from shared
   // memory.
-  template <typename Emit>
+  template <MatrixFormat F, typename Emit>
   __device__ void streamed(const GemvShape& s, const float4* x, Emit emit) {
     if (warp_id() == 0) {
       if (lane_id() == 0) ws.produce(step, index);
       return;
     }
-    using Piece = typename RowFormat<kFormat>::Piece;
+    using Piece = typename RowFormat<F>::Piece;
     const int n8 = s.cols / 8;
     const uint32_t base = ws.st.base, rpc = uint32_t(s.rows_per_chunk);
     for (uint32_t j = uint32_t(warp_id() - 1); j < s.rows(); j += uint32_t(kWarps - 1)) {
@@ -98,15 +108,15 @@ struct Machine {
       float acc0 = 0.f, acc1 = 0.f;
       if (s.parts == 1) {
 #pragma unroll 4
-        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) acc0 += piece_dot<kFormat>(w0[c], row0, s.cols, c, x[c], x[n8 + c]);
+        for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) acc0 += piece_dot<F>(w0[c], row0, s.cols, c, x[c], x[n8 + c]);
       } else {
         const uint8_t* row1 = row0 + size_t(s.rows_in_chunk(chunk)) * size_t(s.row_bytes);
         const Piece* w1 = reinterpret_cast<const Piece*>(row1);
 #pragma unroll 4
         for (int c = lane_id(); c < n8; c += MK_WARP_SIZE) {
           const float4 lo = x[c], hi = x[n8 + c];
-          acc0 += piece_dot<kFormat>(w0[c], row0, s.cols, c, lo, hi);
-          acc1 += piece_dot<kFormat>(w1[c], row1, s.cols, c, lo, hi);
+          acc0 += piece_dot<F>(w0[c], row0, s.cols, c, lo, hi);
+          acc1 += piece_dot<F>(w1[c], row1, s.cols, c, lo, hi);
         }
       }
       const float v0 = warp_sum(acc0), v1 = s.parts == 1 ? 0.f : warp_sum(acc1);
@@ -120,17 +130,17 @@ struct Machine {
   // Every warp loads its rows' weights into registers: two rows at a time (r and r + kWarps; gate_up:
   // the gate and up rows of r), so that twice the loads are in flight. (Issuing the first loads before
   // the prologue would overlap a round trip, but at 512 threads the registers it holds spill.)
-  template <typename Emit>
+  template <MatrixFormat F, typename Emit>
   __device__ void registers(const GemvShape& s, const float4* x, Emit emit) {
     auto row = [&](int part, uint32_t r) { return r < s.end ? matrix(s.matrix[part]) + size_t(r) * size_t(s.row_bytes) : nullptr; };
     const uint32_t step_rows = s.parts == 1 ? 2 * kWarps : kWarps;
-    FirstBatch<kFormat> first;
+    FirstBatch<F> first;
     for (uint32_t r = s.begin + uint32_t(warp_id()); r < s.end; r += step_rows) {
       const uint8_t* a = row(0, r);
       const uint8_t* b = s.parts == 1 ? row(0, r + kWarps) : row(1, r);
       issue_first_batch(a, b, s.cols, first);
       float v0, v1;
-      warp_two_row_dot<kFormat>(a, b, s.cols, x, first, v0, v1);
+      warp_two_row_dot<F>(a, b, s.cols, x, first, v0, v1);
       if (lane_id() == 0) {
         if (s.parts == 2) {
           emit(r, v0, v1);

@@ -196,6 +196,7 @@ const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, boo
     switch (format) {
       case MatrixFormat::F16: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::F16>{}, stream_tag);
       case MatrixFormat::FP8: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::FP8>{}, stream_tag);
+      case MatrixFormat::INT4: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::INT4>{}, stream_tag);
       default: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::BF16>{}, stream_tag);
     }
   };

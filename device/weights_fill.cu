@@ -39,6 +39,26 @@ __global__ void fill_fp8_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uin
   }
 }
 
+// An INT4 matrix (runtime/matrix_format.h), a 4-byte word per thread step: random codes, every group scale
+// `scale` / 8 and zero point 8, so values are uniform over (-8..7) * scale / 8.
+__global__ void fill_int4_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
+  const uint64_t words = rows * row_bytes / 4;
+  const uint32_t groups = uint32_t(scale_groups(int(cols))), values = cols / 2;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x) {
+    const uint32_t at = uint32_t((i * 4) % row_bytes);
+    if (at < values) {
+      dst[i] = uint32_t(mix64(seed + i));
+    } else if (at - values < 4 * groups) {
+      dst[i] = __float_as_uint(scale / 8.0f);
+    } else {
+      uint32_t word = 0;
+      for (uint32_t b = 0; b < 4; ++b)
+        if (at + b - values - 4 * groups < groups) word |= 8u << (8 * b);
+      dst[i] = word;
+    }
+  }
+}
+
 }  // namespace
 
 void fill_random_bf16(uint16_t* data, uint64_t count, float scale, uint64_t seed) {
@@ -49,23 +69,31 @@ void fill_random_bf16(uint16_t* data, uint64_t count, float scale, uint64_t seed
 }
 
 void fill_random_weights(uint8_t* image, const ModelConfig& c, const WeightLayout& w, uint64_t seed) {
-  const bool fp16 = w.format == MatrixFormat::F16;
   uint64_t piece = 0;
-  auto fill = [&](uint64_t offset, uint64_t count, bool f32, float scale, float center) {
+  auto fill_values = [&](uint64_t offset, uint64_t count, bool f32, bool fp16, float scale, float center) {
     hipLaunchKernelGGL(fill_kernel, dim3(1024), dim3(256), 0, nullptr, image + offset, count, f32, fp16, scale, center,
                        mix64(seed + ++piece));
     MK_GPU_CHECK(hipGetLastError());
   };
-  // A matrix [rows, cols] ~ uniform(-scale, scale) (FP8: |v| up to ~1.9 * scale).
-  auto matrix = [&](uint64_t offset, uint64_t rows, uint64_t cols, float scale) {
-    if (w.format != MatrixFormat::FP8) return fill(offset, rows * cols, false, scale, 0.0f);
-    hipLaunchKernelGGL(fill_fp8_kernel, dim3(1024), dim3(256), 0, nullptr, reinterpret_cast<uint32_t*>(image + offset), rows,
-                       uint32_t(cols), uint32_t(w.row_bytes(int(cols))), scale, mix64(seed + ++piece));
+  auto fill = [&](uint64_t offset, uint64_t count, bool f32, float scale, float center) {
+    fill_values(offset, count, f32, false, scale, center);
+  };
+  // A matrix [rows, cols] in format f ~ uniform(-scale, scale) (FP8: |v| up to ~1.9 * scale).
+  auto matrix_in = [&](MatrixFormat f, uint64_t offset, uint64_t rows, uint64_t cols, float scale) {
+    uint32_t* dst = reinterpret_cast<uint32_t*>(image + offset);
+    const uint32_t row_bytes = uint32_t(matrix_row_bytes(f, int(cols)));
+    if (f == MatrixFormat::FP8)
+      hipLaunchKernelGGL(fill_fp8_kernel, dim3(1024), dim3(256), 0, nullptr, dst, rows, uint32_t(cols), row_bytes, scale, mix64(seed + ++piece));
+    else if (f == MatrixFormat::INT4)
+      hipLaunchKernelGGL(fill_int4_kernel, dim3(1024), dim3(256), 0, nullptr, dst, rows, uint32_t(cols), row_bytes, scale, mix64(seed + ++piece));
+    else
+      return fill_values(offset, rows * cols, false, f == MatrixFormat::F16, scale, 0.0f);
     MK_GPU_CHECK(hipGetLastError());
   };
+  auto matrix = [&](uint64_t offset, uint64_t rows, uint64_t cols, float scale) { matrix_in(w.format, offset, rows, cols, scale); };
   const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size), Q = uint64_t(c.q_dim());
   const float in_h = 1.0f / sqrtf(float(H)), in_i = 1.0f / sqrtf(float(I)), in_q = 1.0f / sqrtf(float(c.q_dim()));
-  matrix(w.embed, uint64_t(c.vocab_size), H, 1.0f);
+  matrix_in(w.head_format, w.embed, uint64_t(c.vocab_size), H, 1.0f);
   for (const LayerOffsets& L : w.layers) {
     fill(L.attn_norm, H, true, 0.1f, 1.0f);
     matrix(L.wqkv, uint64_t(w.qkv_rows), H, in_h);
@@ -81,7 +109,7 @@ void fill_random_weights(uint8_t* image, const ModelConfig& c, const WeightLayou
     matrix(L.w_down, H, I, in_i);
   }
   fill(w.final_norm, H, true, 0.1f, 1.0f);
-  if (!c.tie_word_embeddings) matrix(w.lm_head, uint64_t(c.vocab_size), H, in_h);
+  if (!c.tie_word_embeddings) matrix_in(w.head_format, w.lm_head, uint64_t(c.vocab_size), H, in_h);
   MK_GPU_CHECK(hipDeviceSynchronize());
 }
 

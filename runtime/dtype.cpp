@@ -10,6 +10,7 @@ std::string_view dtype_name(DType t) {
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
     case DType::F8_E4M3: return "F8_E4M3";
+    case DType::U4: return "U4";
   }
   return "?";
 }

@@ -10,10 +10,15 @@ namespace mk {
 
 // F8_E4M3: OCP fp8 E4M3 ("e4m3fn": no infinities, S.1111.111 is NaN, largest finite 448), as torch's
 // float8_e4m3fn and the Hugging Face fp8 checkpoints store it.
-enum class DType : uint8_t { F32, F16, BF16, F8_E4M3 };
+// U4: 4-bit unsigned codes 0..15, two per byte in element order (element i in byte i / 2, the low nibble
+// for even i). Not a safetensors dtype: the loader unpacks the int4 checkpoint forms (AWQ, GPTQ) into it,
+// and the quantizer writes it. An element's value is (code - zero) * scale, from its TensorScale.
+enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, U4 };
 
-inline constexpr int dtype_size(DType t) { return t == DType::F32 ? 4 : t == DType::F8_E4M3 ? 1 : 2; }
-std::string_view dtype_name(DType t);  // "F32", "F16", "BF16", "F8_E4M3" as in safetensors
+inline constexpr int dtype_bits(DType t) { return t == DType::F32 ? 32 : t == DType::F8_E4M3 ? 8 : t == DType::U4 ? 4 : 16; }
+// Bytes per element of the whole-byte dtypes (U4 has none: use dtype_bits).
+inline constexpr int dtype_size(DType t) { return dtype_bits(t) / 8; }
+std::string_view dtype_name(DType t);  // "F32", "F16", "BF16", "F8_E4M3" as in safetensors; "U4"
 
 // nvcc's device pass has the intrinsics; g++ and clang (HIP included) have __builtin_bit_cast.
 MK_HD_INLINE float bits_to_float(uint32_t bits) {
@@ -102,12 +107,13 @@ MK_HD_INLINE float fp8_e4m3_to_float(uint8_t b) {
 // fp8 quantizers do); NaN stays NaN. Host code (quantization at load time).
 uint8_t float_to_fp8_e4m3(float f);
 
-// Reads element i of a weight stored as `t`.
+// Reads element i of a weight stored as `t` (U4: its code).
 MK_HD_INLINE float load_as_float(const void* data, DType t, int64_t i) {
   switch (t) {
     case DType::F32: return static_cast<const float*>(data)[i];
     case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(data)[i]);
     case DType::F8_E4M3: return fp8_e4m3_to_float(static_cast<const uint8_t*>(data)[i]);
+    case DType::U4: return float((static_cast<const uint8_t*>(data)[i / 2] >> (4 * (i & 1))) & 0xfu);
     default: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
   }
 }

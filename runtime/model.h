@@ -13,10 +13,11 @@
 
 namespace mk {
 
-// The scales of a quantized matrix [rows, cols]: element (r, c) is its stored value times
+// The scales of a quantized matrix [rows, cols]: element (r, c) is (its stored value - zero) times
 // scale[r / block_rows][c / block_cols] of a [ceil(rows / block_rows), ceil(cols / block_cols)] tensor.
 // A 128x128 block scale, a per-row scale (block_rows 1, block_cols cols) and a per-tensor scale (one
-// block) are all this form.
+// block) are all this form. `zero`: one uint8 zero point per scale, same index (int4 codes: 0..15); none
+// means 0 (fp8).
 struct TensorScale {
   std::string name;
   DType dtype = DType::F32;
@@ -24,12 +25,15 @@ struct TensorScale {
   int64_t block_rows = 0, block_cols = 0;
   int64_t cols = 0;  // scales per row of blocks
   int64_t count = 0;  // scales in all
+  const uint8_t* zero = nullptr;
   bool present() const { return data != nullptr; }
-  float at(int64_t r, int64_t c) const { return load_as_float(data, dtype, (r / block_rows) * cols + c / block_cols); }
+  int64_t index(int64_t r, int64_t c) const { return (r / block_rows) * cols + c / block_cols; }
+  float at(int64_t r, int64_t c) const { return load_as_float(data, dtype, index(r, c)); }
+  float zero_at(int64_t r, int64_t c) const { return zero ? float(zero[index(r, c)]) : 0.f; }
 };
 
 // A view of one tensor inside a mapped file (or a buffer Model::owned keeps). `data == nullptr` marks an
-// absent optional tensor. A quantized matrix (F8_E4M3) has its scales in `scale`; at() dequantizes.
+// absent optional tensor. A quantized matrix (F8_E4M3, U4) has its scales in `scale`; at() dequantizes.
 struct TensorView {
   std::string name;
   DType dtype = DType::F32;
@@ -42,13 +46,16 @@ struct TensorView {
     return n;
   }
   size_t nbytes() const {
-    return size_t(numel()) * size_t(dtype_size(dtype)) + (scale.present() ? size_t(scale.count) * size_t(dtype_size(scale.dtype)) : 0);
+    const size_t values = (size_t(numel()) * size_t(dtype_bits(dtype)) + 7) / 8;
+    return values + (scale.present() ? size_t(scale.count) * size_t(dtype_size(scale.dtype) + (scale.zero ? 1 : 0)) : 0);
   }
   bool present() const { return data != nullptr; }
   bool quantized() const { return scale.present(); }
   float at(int64_t i) const {
     const float v = load_as_float(data, dtype, i);
-    return quantized() ? v * scale.at(i / shape[1], i % shape[1]) : v;
+    if (!quantized()) return v;
+    const int64_t r = i / shape[1], c = i % shape[1];
+    return (v - scale.zero_at(r, c)) * scale.at(r, c);
   }
 };
 
@@ -83,11 +90,13 @@ struct Model {
 };
 
 // Load-time quantization of a bf16/fp16/fp32 checkpoint (runtime/quantize.h).
-enum class Quantize : uint8_t { None, Fp8 };
+enum class Quantize : uint8_t { None, Fp8, Int4 };
 
 struct LoadOptions {
   Quantize quantize = Quantize::None;
   std::function<void(int done, int total)> on_quantize_progress;  // matrices quantized so far
+  // With `quantize`: whether the embedding and the LM head are quantized too (else they keep 16 bits).
+  bool quantize_head = true;
 };
 
 // Loads a Hugging Face model directory: config.json, model.safetensors or sharded files with

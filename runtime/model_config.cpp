@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -320,10 +321,13 @@ void read_sliding_window(const Keys& k, ModelConfig& c) {
   }
 }
 
-// quantization_config: the fp8 checkpoint forms whose F8_E4M3 weights the kernels read as stored.
+// quantization_config: the fp8 checkpoint forms whose F8_E4M3 weights the kernels read as stored, and the
+// int4 forms the loader unpacks into 4-bit codes with group scales and zero points.
 constexpr const char* kSupportedQuantization =
     "\"fp8\" (transformers FineGrainedFP8: fp8 E4M3 weights with block scales), \"compressed-tensors\" with format "
-    "\"float-quantized\" (fp8 E4M3 weights with per-channel or per-tensor scales)";
+    "\"float-quantized\" (fp8 E4M3 weights with per-channel or per-tensor scales), \"awq\" (AutoAWQ, version "
+    "\"gemm\": 4-bit weights with group scales and zero points), \"gptq\" (AutoGPTQ / GPTQModel, checkpoint_format "
+    "\"gptq\" or \"gptq_v2\": 4-bit weights with group scales and zero points)";
 
 // transformers FineGrainedFP8Config: {"quant_method": "fp8", "weight_block_size": [rows, cols],
 // "activation_scheme": ..., "modules_to_not_convert": [...]}. Each fp8 X.weight has X.weight_scale_inv,
@@ -409,6 +413,76 @@ void read_compressed_tensors(const Keys& q, WeightQuantization& w) {
   }
 }
 
+// The keys AWQ and GPTQ share: "bits" (only 4-bit codes are read) and "group_size" (input columns per scale
+// and zero point; -1: one group per row). Whether a group size fits the kernels depends on each matrix's
+// width and is checked by the loader, which names the matrix.
+void read_int4_common(const Keys& q, const char* method, std::optional<int> default_bits, WeightQuantization& w) {
+  w.bits = default_bits && !q.has("bits") ? *default_bits : q.required_int("bits");
+  if (w.bits != 4)
+    fail("{}: '{}' = {} is not supported for quant_method \"{}\" (supported: 4, the int4 kernels' codes)", q.source(),
+         q.name("bits"), w.bits, method);
+  w.group_size = 128;  // the default of AwqConfig and GPTQConfig
+  if (q.has("group_size")) {
+    w.group_size = int(q.integer("group_size", -1, std::numeric_limits<int>::max()));
+    if (w.group_size == 0)
+      fail("{}: '{}' must be positive, or -1 for one group per row, found 0", q.source(), q.name("group_size"));
+  }
+}
+
+std::string lowercase(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// AutoAWQ through transformers' AwqConfig: {"quant_method": "awq", "bits": 4, "group_size": 128,
+// "zero_point": true, "version": "gemm", "backend": "autoawq", "modules_to_not_convert": [...]} (absent keys
+// take AwqConfig's defaults, shown here). Only the GEMM packing (WQLinear_GEMM) is read: the GEMV, GEMV-fast
+// and Marlin forms pack their codes differently, and "exllama" / "ipex" name kernels chosen at load time (they
+// read the GEMM layout, but AutoAWQ cannot quantize to them, so no checkpoint is written under those names).
+// llm-awq (backend "llm-awq") packs differently too.
+void read_awq(const Keys& q, WeightQuantization& w) {
+  w.method = WeightQuantization::Method::Awq;
+  read_int4_common(q, "awq", 4, w);
+  w.zero_point = q.optional_bool("zero_point", true);
+  // transformers lowercases both strings (AWQLinearVersion.from_str, AwqBackendPackingMethod).
+  const std::string version = q.has("version") ? lowercase(q.string("version")) : "gemm";
+  if (version != "gemm")
+    fail("{}: unsupported '{}' = \"{}\" for quant_method \"awq\" (supported: \"gemm\", AutoAWQ's WQLinear_GEMM "
+         "packing; \"gemv\", \"gemv_fast\" and \"marlin\" pack their codes differently, and \"exllama\" and "
+         "\"ipex\" name kernels chosen at load time, which AutoAWQ does not quantize to)",
+         q.source(), q.name("version"), q.string("version"));
+  const std::string backend = q.has("backend") ? lowercase(q.string("backend")) : "autoawq";
+  if (backend != "autoawq")
+    fail("{}: unsupported '{}' = \"{}\" for quant_method \"awq\" (supported: \"autoawq\"; llm-awq checkpoints pack "
+         "their codes differently)",
+         q.source(), q.name("backend"), q.string("backend"));
+}
+
+// AutoGPTQ / GPTQModel through transformers' GPTQConfig: {"quant_method": "gptq", "bits": 4, "group_size": 128,
+// "desc_act": false, "sym": true, "checkpoint_format": "gptq"} ("bits" is required, the rest default as
+// shown). checkpoint_format "gptq" (v1) stores each zero point minus 1, "gptq_v2" stores it as is; "marlin",
+// "bitblas" and the like repack the codes for their kernels and are not read. GPTQModel's "pack_dtype" (the
+// integer the codes are packed in) must be its default, int32.
+void read_gptq(const Keys& q, WeightQuantization& w) {
+  w.method = WeightQuantization::Method::Gptq;
+  read_int4_common(q, "gptq", std::nullopt, w);
+  w.desc_act = q.optional_bool("desc_act", false);
+  w.sym = q.optional_bool("sym", true);
+  const std::string format = q.has("checkpoint_format") ? lowercase(q.string("checkpoint_format")) : "gptq";
+  if (format != "gptq" && format != "gptq_v2")
+    fail("{}: unsupported '{}' = \"{}\" for quant_method \"gptq\" (supported: \"gptq\", zero points stored minus "
+         "1, and \"gptq_v2\", zero points stored as they are)",
+         q.source(), q.name("checkpoint_format"), q.string("checkpoint_format"));
+  w.zeros_minus_one = format == "gptq";
+  if (q.optional_bool("is_marlin_format", false))
+    fail("{}: '{}' = true is not supported (AutoGPTQ's Marlin form repacks the codes for its kernel; supported: the "
+         "plain GPTQ packing)",
+         q.source(), q.name("is_marlin_format"));
+  if (q.has("pack_dtype") && q.string("pack_dtype") != "int32")
+    fail("{}: unsupported '{}' = \"{}\" (supported: \"int32\", eight 4-bit codes per 32-bit integer)", q.source(),
+         q.name("pack_dtype"), q.string("pack_dtype"));
+}
+
 WeightQuantization read_quantization(const Keys& k) {
   WeightQuantization w;
   const json* config = k.optional_object("quantization_config");
@@ -419,6 +493,10 @@ WeightQuantization read_quantization(const Keys& k) {
     read_fine_grained_fp8(q, w);
   else if (method == "compressed-tensors")
     read_compressed_tensors(q, w);
+  else if (method == "awq")
+    read_awq(q, w);
+  else if (method == "gptq")
+    read_gptq(q, w);
   else
     fail("{}: unsupported quantization method '{}' = \"{}\" (supported: {})", k.source(), q.name("quant_method"),
          method, kSupportedQuantization);

@@ -20,22 +20,34 @@ struct RopeScaling {
   int original_max_position = 8192;
 };
 
-// How an fp8 checkpoint scales its F8_E4M3 weight matrices, from config.json's "quantization_config".
-// Only the weights are described: the kernels multiply fp8 weights, dequantized by their scales, with
-// activations kept in higher precision (weight-only), so activation schemes and input scales are unused.
-// A matrix the config leaves unquantized (modules_to_not_convert, ignore) is simply stored in bf16/fp16,
-// so each tensor's dtype, not those lists, says whether it has a scale.
+// How a quantized checkpoint stores its weight matrices, from config.json's "quantization_config".
+// Only the weights are described: the kernels multiply quantized weights, dequantized by their scales (and
+// zero points), with activations kept in higher precision (weight-only), so activation schemes and input
+// scales are unused. A matrix the config leaves unquantized (modules_to_not_convert, ignore) is simply
+// stored in bf16/fp16 as X.weight, so the tensors present, not those lists, say whether a matrix is
+// quantized.
 struct WeightQuantization {
   enum class Method : uint8_t {
     None,               // no quantization_config
     FineGrainedFp8,     // quant_method "fp8" (transformers FineGrainedFP8): X.weight_scale_inv per block
     CompressedTensors,  // quant_method "compressed-tensors", float-quantized: X.weight_scale per row or matrix
+    Awq,                // quant_method "awq", version "gemm" (AutoAWQ): X.qweight, X.qzeros, X.scales
+    Gptq,               // quant_method "gptq" (AutoGPTQ / GPTQModel): X.qweight, X.qzeros, X.scales, X.g_idx
   };
   Method method = Method::None;
   int block_rows = 0, block_cols = 0;  // FineGrainedFp8: weight_block_size
   // CompressedTensors: the weight strategies its config groups use; a scale's shape tells which one a
   // matrix has ([out, 1]: "channel", [1] or []: "tensor").
   bool per_channel = false, per_tensor = false;
+  // Awq, Gptq: 4-bit codes, one scale and zero point per `group_size` input columns of a row (-1: one group
+  // per row). Whether a group size fits the kernels is checked per matrix, when its width is known.
+  int bits = 0;
+  int group_size = 0;
+  bool zero_point = true;   // Awq "zero_point" (the GEMM form stores, and its kernels read, qzeros either way)
+  bool sym = true;          // Gptq "sym" (informational: the zero points are read from qzeros either way)
+  bool desc_act = false;    // Gptq "desc_act": act-order; X.g_idx must then be read and checked
+  bool zeros_minus_one = false;  // Gptq checkpoint_format "gptq" (v1): qzeros hold zero point - 1
+  bool is_int4() const { return method == Method::Awq || method == Method::Gptq; }
 };
 
 struct ModelConfig {

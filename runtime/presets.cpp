@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/error.h"
+#include "runtime/quantize.h"
 
 namespace mk {
 namespace {
@@ -65,13 +66,21 @@ ModelConfig preset_config(const std::string& name) {
   fail("unknown preset '{}' (known: {})", name, fmt::join(preset_names(), ", "));
 }
 
-std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format) {
+std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format, std::optional<MatrixFormat> head_format) {
   auto m = std::make_unique<Model>();
   m->config = preset_config(name);
   m->dir = "preset:" + name;
-  // No tensors: the embedding's dtype names the matrix format (matrix_format_for).
-  m->weights.embed.dtype = format == MatrixFormat::FP8 ? DType::F8_E4M3 : format == MatrixFormat::F16 ? DType::F16 : DType::BF16;
+  // No tensors: the embedding's dtype names the layers' matrix format (matrix_format_for), the LM head's
+  // the head's (head_format_for).
+  m->weights.embed.dtype = matrix_format_dtype(format);
+  m->weights.lm_head.dtype = matrix_format_dtype(head_format.value_or(format));
   return m;
+}
+
+std::unique_ptr<Model> preset_model(const std::string& name, const LoadOptions& options) {
+  if (options.quantize == Quantize::None) return preset_model(name);
+  const MatrixFormat f = options.quantize == Quantize::Int4 ? MatrixFormat::INT4 : MatrixFormat::FP8;
+  return preset_model(name, f, options.quantize_head ? f : MatrixFormat::BF16);
 }
 
 }  // namespace mk

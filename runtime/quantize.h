@@ -1,8 +1,9 @@
-// Weight matrices in the form the kernels read: which matrix format a model takes, and load-time
-// quantization into it.
+// Weight matrices in the forms the kernels read: which matrix formats a model takes (the layers' and the
+// head's), and load-time quantization into them.
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/matrix_format.h"
@@ -14,19 +15,37 @@ namespace mk {
 std::vector<TensorView*> weight_matrices(Model& model);
 std::vector<const TensorView*> weight_matrices(const Model& model);
 
-// The format the kernels read the matrices in: FP8 when any matrix is fp8 (quantize_to_fp8 then brings
-// the rest along), F16 for fp16 checkpoints, BF16 otherwise (F32 checkpoints are converted to BF16).
+// The dtype a matrix has in memory when it is in format `f` (FP8: F8_E4M3, INT4: U4).
+DType matrix_format_dtype(MatrixFormat f);
+
+// The format the kernels read the layers' matrices in: FP8 or INT4 when they are quantized so, F16 for
+// fp16 checkpoints, BF16 otherwise (F32 checkpoints are converted to BF16). A preset (no layers) names it
+// by its embedding's dtype.
 MatrixFormat matrix_format_for(const Model& model);
+// The format of the embedding and the LM head (the "head"): the layers' format, except that next to
+// quantized layers a head kept in 16 bits stays F16 (an fp16 LM head) or BF16. A preset names it by its
+// LM head's dtype.
+MatrixFormat head_format_for(const Model& model);
 
-// Quantizes to fp8 E4M3 every matrix that is not fp8 yet: per row, one scale per kScaleGroup columns,
-// amax / 448, values rounded to the nearest fp8 (an all-zero group gets scale 1). The new tensors live
-// in model.owned; a tied LM head stays the embedding. `progress(done, total)` after each matrix.
-// Throws BadModelError naming the tensor and element for a NaN or infinite weight.
-void quantize_to_fp8(Model& model, const std::function<void(int, int)>& progress = {});
+// Brings a loaded model's matrices into the formats the kernels will read, as `options` ask:
+// - `options.quantize` Fp8 / Int4: every layer matrix not yet in that format is quantized (a checkpoint
+//   already quantized in the other format is an error), and the embedding and LM head too unless
+//   `options.quantize_head` is false;
+// - none: a quantized checkpoint runs as stored; where only one of the embedding and an untied LM head is
+//   quantized, the other is brought along (one head format per image).
+// Scales: per row, one per kScaleGroup columns; FP8 amax / 448, INT4 (max - min) / 15 with a zero point,
+// values rounded to nearest (even). The new tensors live in model.owned; a tied LM head stays the
+// embedding. `options.on_quantize_progress(done, total)` after each matrix. Throws BadModelError naming the
+// tensor and element for a NaN or infinite weight.
+void prepare_matrix_formats(Model& model, const LoadOptions& options);
 
-// Whether the scales of a quantized matrix with `cols` columns give each kScaleGroup-column group of a
-// row one scale (the FP8 matrix format's rows carry one per group); an error message naming the tensor
-// if not, else empty.
-std::string fp8_scale_problem(const TensorView& t);
+// Quantizes the given matrices (in place, on all cores) to `format` (FP8 or INT4).
+void quantize_matrices(Model& model, const std::vector<TensorView*>& matrices, MatrixFormat format,
+                       const std::function<void(int, int)>& progress = {});
+
+// Whether the scales of quantized matrix `t` give each kScaleGroup-column group of a row one scale (and
+// zero point), as the quantized matrix formats' rows carry them; an error message naming the tensor if
+// not, else empty.
+std::string scale_group_problem(const TensorView& t);
 
 }  // namespace mk

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "runtime/error.h"
 #include "runtime/quantize.h"
@@ -90,40 +91,56 @@ void convert(const TensorView& t, int64_t first, int64_t count, DType dtype, std
                                   t.name, where, original));
 }
 
-// Rows of an fp8 matrix in the FP8 row form (runtime/matrix_format.h): the values as stored, then the
-// scale of each column group, padded.
-void append_fp8_rows(const TensorView& t, int64_t first_row, int64_t rows, std::vector<uint8_t>& out) {
-  if (t.dtype != DType::F8_E4M3)
-    throw BadModelError(fmt::format("tensor {} is {}, but the model's matrices are fp8: every matrix must be fp8 in one image "
-                                    "(quantize_to_fp8 converts the rest)",
-                                    t.name, dtype_name(t.dtype)));
-  if (const std::string problem = fp8_scale_problem(t); !problem.empty()) throw BadModelError(problem);
+// The scale (and zero point) of row r's group g of quantized matrix `t`, checked finite.
+float group_scale(const TensorView& t, int64_t r, int g) {
+  const float s = t.scale.at(r, int64_t(g) * kScaleGroup);
+  if (!std::isfinite(s))
+    throw BadModelError(fmt::format("tensor {}: the scale of row {}, columns [{}, ...) is {}; the model cannot run",
+                                    t.scale.name, r, g * kScaleGroup, s));
+  return s;
+}
+
+// Rows of a quantized matrix in its row form (runtime/matrix_format.h): the values, then each column
+// group's scale (and, for INT4, zero point), padded.
+void append_quantized_rows(const TensorView& t, int64_t first_row, int64_t rows, MatrixFormat f, std::vector<uint8_t>& out) {
+  if (t.dtype != matrix_format_dtype(f))
+    throw BadModelError(fmt::format("tensor {} is {}, but it is packed as {}: every matrix of a part of the image (the layers, "
+                                    "or the embedding and LM head) has one format (runtime/quantize.h converts them)",
+                                    t.name, dtype_name(t.dtype), matrix_format_name(f)));
+  if (const std::string problem = scale_group_problem(t); !problem.empty()) throw BadModelError(problem);
   const int64_t cols = t.shape[1];
   const int groups = scale_groups(int(cols));
-  const size_t row_bytes = size_t(matrix_row_bytes(MatrixFormat::FP8, int(cols)));
+  const size_t row_bytes = size_t(matrix_row_bytes(f, int(cols))), value_bytes = size_t(row_value_bytes(f, int(cols)));
   const uint8_t* values = static_cast<const uint8_t*>(t.data);
   for (int64_t r = first_row; r < first_row + rows; ++r) {
     const size_t at = out.size();
     out.resize(at + row_bytes, 0);
-    std::memcpy(out.data() + at, values + size_t(r * cols), size_t(cols));
-    for (int64_t c = 0; c < cols; ++c)
-      if ((values[size_t(r * cols + c)] & 0x7fu) == 0x7fu)
-        throw BadModelError(fmt::format("tensor {}: element [{}, {}] is NaN; a model with NaN weights cannot run", t.name, r, c));
+    uint8_t* row = out.data() + at;
+    if (f == MatrixFormat::FP8) {
+      std::memcpy(row, values + size_t(r * cols), size_t(cols));
+      for (int64_t c = 0; c < cols; ++c)
+        if ((values[size_t(r * cols + c)] & 0x7fu) == 0x7fu)
+          throw BadModelError(fmt::format("tensor {}: element [{}, {}] is NaN; a model with NaN weights cannot run", t.name, r, c));
+    } else {  // INT4: element c's code into nibble int4_nibble(c % 8) of word c / 8
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint32_t code = uint32_t(load_as_float(values, DType::U4, r * cols + c));
+        const int bit = 32 * int(c / 8) + 4 * int4_nibble(int(c % 8));
+        row[bit / 8] |= uint8_t(code << (bit % 8));
+      }
+    }
     for (int g = 0; g < groups; ++g) {
-      const float s = t.scale.at(r, int64_t(g) * kScaleGroup);
-      if (!std::isfinite(s))
-        throw BadModelError(fmt::format("tensor {}: the scale of row {}, columns [{}, ...) is {}; the model cannot run",
-                                        t.scale.name, r, g * kScaleGroup, s));
-      std::memcpy(out.data() + at + size_t(cols) + 4 * size_t(g), &s, 4);
+      const float s = group_scale(t, r, g);
+      std::memcpy(row + value_bytes + 4 * size_t(g), &s, 4);
+      if (f == MatrixFormat::INT4) row[value_bytes + 4 * size_t(groups) + size_t(g)] = uint8_t(t.scale.zero_at(r, int64_t(g) * kScaleGroup));
     }
   }
 }
 
 // Rows [first_row, first_row + rows) of matrix `t` in format `f`, appended to `out`.
 void append_matrix_rows(const TensorView& t, int64_t first_row, int64_t rows, MatrixFormat f, std::vector<uint8_t>& out) {
-  if (f == MatrixFormat::FP8) return append_fp8_rows(t, first_row, rows, out);
-  if (t.dtype == DType::F8_E4M3)
-    throw BadModelError(fmt::format("tensor {} is fp8 but the image is {}", t.name, matrix_format_name(f)));
+  if (matrix_format_quantized(f)) return append_quantized_rows(t, first_row, rows, f, out);
+  if (t.quantized())
+    throw BadModelError(fmt::format("tensor {} is {} but it is packed as {}", t.name, dtype_name(t.dtype), matrix_format_name(f)));
   const int64_t cols = t.shape[1];
   convert(t, first_row * cols, rows * cols, f == MatrixFormat::F16 ? DType::F16 : DType::BF16, out);
 }
@@ -140,24 +157,27 @@ int WeightLayout::qkv_row(const ModelConfig& c, int part, int r) const {
   return g * qkv_group_rows + (G + part - 1) * hd + r % hd;
 }
 
-WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format) {
-  // FP8 rows must stay 16-byte aligned in the image itself; the 16-bit formats' multiple of 8 is the GPU
-  // kernel's need (its validate_model), and the emulator runs any width.
-  const int multiple = matrix_cols_multiple(format);
-  for (auto [cols, what] : {std::pair{c.hidden_size, "hidden_size"}, std::pair{c.q_dim(), "num_attention_heads x head_dim"},
-                            std::pair{c.intermediate_size, "intermediate_size"}})
-    if (format == MatrixFormat::FP8 && cols % multiple != 0)
-      fail("weight layout: {} = {} is not a multiple of {}, which {} matrices need", what, cols, multiple, matrix_format_name(format));
+WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format, MatrixFormat head_format) {
+  // Quantized rows must stay 16-byte aligned in the image itself; the 16-bit formats' multiple of 8 is the
+  // GPU kernel's need (its validate_model), and the emulator runs any width.
+  for (auto [cols, what, f] : {std::tuple{c.hidden_size, "hidden_size", format}, std::tuple{c.q_dim(), "num_attention_heads x head_dim", format},
+                               std::tuple{c.intermediate_size, "intermediate_size", format}, std::tuple{c.hidden_size, "hidden_size", head_format}})
+    if (matrix_format_quantized(f) && cols % matrix_cols_multiple(f) != 0)
+      fail("weight layout: {} = {} is not a multiple of {}, which {} matrices need", what, cols, matrix_cols_multiple(f), matrix_format_name(f));
+  if (matrix_format_quantized(head_format) && head_format != format)
+    fail("weight layout: a {} head next to {} layers is not a combination the kernels run", matrix_format_name(head_format), matrix_format_name(format));
   WeightLayout w;
   w.format = format;
+  w.head_format = head_format;
   w.has_qkv_bias = c.qkv_bias;
   w.has_qk_norm = c.qk_norm;
   w.qkv_rows = c.q_dim() + 2 * c.kv_dim();
   w.qkv_group_rows = (c.group_size() + 2) * c.head_dim;
   const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size);
   const uint64_t row_h = w.row_bytes(c.hidden_size), row_i = w.row_bytes(c.intermediate_size), row_q = w.row_bytes(c.q_dim());
+  const uint64_t row_head = w.head_row_bytes(c.hidden_size);
   Allocator a;
-  w.embed = a.take(uint64_t(c.vocab_size) * row_h);
+  w.embed = a.take(uint64_t(c.vocab_size) * row_head);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerOffsets L{};
     L.attn_norm = a.take(H * 4);
@@ -173,9 +193,13 @@ WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format) {
     w.layers.push_back(L);
   }
   w.final_norm = a.take(H * 4);
-  w.lm_head = c.tie_word_embeddings ? w.embed : a.take(uint64_t(c.vocab_size) * row_h);
+  w.lm_head = c.tie_word_embeddings ? w.embed : a.take(uint64_t(c.vocab_size) * row_head);
   w.total_bytes = a.next;
   return w;
+}
+
+WeightLayout plan_weight_layout(const Model& model) {
+  return plan_weight_layout(model.config, matrix_format_for(model), head_format_for(model));
 }
 
 void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sink) {
@@ -187,12 +211,12 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
     convert(t, 0, t.numel(), dtype, buf);
     sink(offset, buf.data(), buf.size());
   };
-  auto emit_matrix = [&](uint64_t offset, const TensorView& t) {
+  auto emit_matrix = [&](uint64_t offset, const TensorView& t, MatrixFormat f) {
     buf.clear();
-    append_matrix_rows(t, 0, t.shape[0], md, buf);
+    append_matrix_rows(t, 0, t.shape[0], f, buf);
     sink(offset, buf.data(), buf.size());
   };
-  emit_matrix(w.embed, model.weights.embed);
+  emit_matrix(w.embed, model.weights.embed, w.head_format);
   const int hd = c.head_dim, G = c.group_size();
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = model.weights.layers[size_t(l)];
@@ -216,14 +240,14 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
       emit(o.q_norm, L.q_norm, DType::F32);
       emit(o.k_norm, L.k_norm, DType::F32);
     }
-    emit_matrix(o.wo, L.wo);
+    emit_matrix(o.wo, L.wo, md);
     emit(o.mlp_norm, L.mlp_norm, DType::F32);
-    emit_matrix(o.w_gate, L.w_gate);
-    emit_matrix(o.w_up, L.w_up);
-    emit_matrix(o.w_down, L.w_down);
+    emit_matrix(o.w_gate, L.w_gate, md);
+    emit_matrix(o.w_up, L.w_up, md);
+    emit_matrix(o.w_down, L.w_down, md);
   }
   emit(w.final_norm, model.weights.final_norm, DType::F32);
-  if (!c.tie_word_embeddings) emit_matrix(w.lm_head, model.weights.lm_head);
+  if (!c.tie_word_embeddings) emit_matrix(w.lm_head, model.weights.lm_head, w.head_format);
 }
 
 std::vector<uint8_t> pack_weights_to_host(const Model& model, const WeightLayout& layout) {

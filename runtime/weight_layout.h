@@ -1,8 +1,9 @@
 // How the weights are laid out in device memory: one allocation, every piece 256-byte aligned, in the
 // form the kernel reads fastest (docs/weight_layout.md). The emulator uses the same image on the CPU.
 //
-// - Matrices are row-major [out, in] in one matrix format (runtime/matrix_format.h: BF16 or F16, F32 files
-//   converted to BF16; or FP8 with per-row group scales), the embedding and the LM head included.
+// - Matrices are row-major [out, in] in a matrix format (runtime/matrix_format.h: BF16 or F16, F32 files
+//   converted to BF16; or FP8 or INT4 with per-row group scales): one for the layers' matrices, one for
+//   the "head" (the embedding and the LM head), which next to quantized layers may stay 16-bit.
 // - Q, K and V are fused into one matrix whose rows are grouped by kv head g:
 //     [ q rows of heads g*G .. g*G+G-1 | k rows of kv head g | v rows of kv head g ],  G = heads per kv head,
 //   so the rows one attention group needs are contiguous and a row block maps to one group.
@@ -24,7 +25,8 @@ struct LayerOffsets {
 };
 
 struct WeightLayout {
-  MatrixFormat format = MatrixFormat::BF16;
+  MatrixFormat format = MatrixFormat::BF16;       // of the layers' matrices
+  MatrixFormat head_format = MatrixFormat::BF16;  // of the embedding and the LM head
   bool has_qkv_bias = false, has_qk_norm = false;
   int qkv_rows = 0;        // q_dim + 2 * kv_dim
   int qkv_group_rows = 0;  // (G + 2) * head_dim
@@ -36,14 +38,19 @@ struct WeightLayout {
   int qkv_row(const ModelConfig& c, int part, int r) const;
   // Bytes of one row of a matrix with `cols` columns.
   uint64_t row_bytes(int cols) const { return uint64_t(matrix_row_bytes(format, cols)); }
+  uint64_t head_row_bytes(int cols) const { return uint64_t(matrix_row_bytes(head_format, cols)); }
 };
 
-// Checks the model's dimensions against the format's row alignment; throws naming the dimension.
-WeightLayout plan_weight_layout(const ModelConfig& config, MatrixFormat format);
+// Checks the model's dimensions against the formats' row alignment; throws naming the dimension. A
+// quantized head must be in the layers' format.
+WeightLayout plan_weight_layout(const ModelConfig& config, MatrixFormat format, MatrixFormat head_format);
+inline WeightLayout plan_weight_layout(const ModelConfig& config, MatrixFormat format) { return plan_weight_layout(config, format, format); }
+// The layout of a loaded (or preset) model, in the formats its matrices are in (runtime/quantize.h).
+WeightLayout plan_weight_layout(const Model& model);
 
 // Streams the packed image piece by piece: `sink(offset, bytes, size)`, in increasing offset order.
-// Converts dtypes on the way (to BF16/F16). For FP8, every matrix must be fp8 already (quantize_to_fp8,
-// runtime/quantize.h); its scales are repeated per row group. Memory: one tensor at a time. Throws BadModelError naming the tensor and
+// Converts dtypes on the way (to BF16/F16). A quantized part must be in its format already
+// (runtime/quantize.h); scales are repeated per row group. Memory: one tensor at a time. Throws BadModelError naming the tensor and
 // element when a value is NaN or infinite, or overflows the matrix dtype (an F32 value beyond F16's
 // range): the kernels would turn it into NaN logits and decode token 0 forever.
 using PackSink = std::function<void(uint64_t offset, const void* bytes, size_t size)>;

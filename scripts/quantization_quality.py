@@ -6,8 +6,12 @@ The held-out text and the evaluation are those of scripts/train_tiny_model.py (e
 Python standard library it was trained on, windows of 1024, fp32 math). A scheme is applied to the
 weights in torch exactly as the runtime applies it at load time (runtime/quantize.cpp), so the loss
 measured here is the loss of the weights the runtime computes with:
-  fp8: every matrix (the embedding / LM head included), per row and 128-column group,
-       scale = amax / 448, values rounded to the nearest fp8 E4M3 (torch's cast rounds to nearest even).
+  fp8:  per row and 128-column group, scale = amax / 448, values rounded to the nearest fp8 E4M3
+        (torch's cast rounds to nearest even);
+  int4: per row and 128-column group, scale = (max - min) / 15, zero point round(-min / scale) in 0..15,
+        codes round(w / scale) + zero clamped to 0..15 (a constant group: scale |v| / 7 or 1, zero 8);
+each with the embedding and LM head quantized too ("head quantized", --quantize-head yes) or kept as
+stored ("head 16-bit", --quantize-head no).
 The bf16 row should reproduce the held-out loss in the model's TRAINING.md (same files, same windows).
 
   python3 scripts/quantization_quality.py --out OUT [--model models/pystdlib-6m] [--text-dir DIR]
@@ -36,10 +40,32 @@ def fp8_fake_quant(w):
     padded[:, :cols] = w.float()
     g = padded.view(rows, groups, GROUP)
     amax = g.abs().amax(dim=2, keepdim=True)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    # Tensor / tensor: CUDA divides exactly there, while dividing by a Python number multiplies by its
+    # reciprocal (scales one ulp off the runtime's).
+    scale = torch.where(amax > 0, amax / torch.full_like(amax, FP8_MAX), torch.ones_like(amax))
     q = (g / scale).to(torch.float8_e4m3fn)
     deq = (q.float() * scale).view(rows, groups * GROUP)[:, :cols]
     return deq, q.view(rows, groups * GROUP)[:, :cols], scale.view(rows, groups)
+
+
+def int4_fake_quant(w):
+    """The runtime's int4 scheme on a [rows, cols] matrix: (code - zero) * scale per group, as fp32."""
+    rows, cols = w.shape
+    groups = (cols + GROUP - 1) // GROUP
+    v = torch.zeros(rows, groups * GROUP, dtype=torch.float32, device=w.device)
+    v[:, :cols] = w.float()
+    valid = torch.zeros_like(v, dtype=torch.bool)
+    valid[:, :cols] = True
+    g, m = v.view(rows, groups, GROUP), valid.view(rows, groups, GROUP)
+    lo = torch.where(m, g, torch.full_like(g, float("inf"))).amin(dim=2, keepdim=True)
+    hi = torch.where(m, g, torch.full_like(g, float("-inf"))).amax(dim=2, keepdim=True)
+    spread = hi > lo
+    scale = torch.where(spread, (hi - lo) / torch.full_like(lo, 15.0),  # exact division, as in fp8_fake_quant
+                        torch.where(lo != 0, lo.abs() / torch.full_like(lo, 7.0), torch.ones_like(lo)))
+    zero = torch.where(spread, torch.clamp(torch.round(-lo / scale), 0, 15), torch.full_like(lo, 8.0))
+    code = torch.clamp(torch.round(g / scale) + zero, 0, 15)
+    deq = ((code - zero) * scale).view(rows, groups * GROUP)[:, :cols]
+    return deq
 
 
 def matrices(model):
@@ -83,15 +109,21 @@ def main():
     results["schemes"]["bf16"] = {"held_out_loss": base, "tokens": tokens}
     print(f"bf16 (as stored, fp32 math): held-out loss {base:.4f} nats/token over {tokens} tokens")
 
-    with torch.no_grad():
-        for name, p in matrices(model):
-            deq, _, _ = fp8_fake_quant(p.data)
-            p.data.copy_(deq)
-    loss, tokens = ttm.evaluate(model, stream, args.seq_len, 8, device, False)
-    results["schemes"]["fp8"] = {"held_out_loss": loss, "tokens": tokens, "increase": loss - base,
-                                 "relative_increase": (loss - base) / base}
-    print(f"fp8 (E4M3, 128-column group scales, every matrix): held-out loss {loss:.4f}, "
-          f"+{loss - base:.4f} nats/token ({100 * (loss - base) / base:+.2f}%)")
+    original = {name: p.data.clone() for name, p in matrices(model)}
+    head_names = {"model.embed_tokens.weight", "lm_head.weight"}
+    schemes = [("fp8", True), ("fp8", False), ("int4", True), ("int4", False)]
+    for scheme, head in schemes:
+        with torch.no_grad():
+            for name, p in matrices(model):
+                quantize = head or name not in head_names
+                src = original[name]
+                p.data.copy_((fp8_fake_quant(src)[0] if scheme == "fp8" else int4_fake_quant(src)) if quantize else src)
+        loss, tokens = ttm.evaluate(model, stream, args.seq_len, 8, device, False)
+        key = f"{scheme}" + ("" if head else "_head16")
+        results["schemes"][key] = {"held_out_loss": loss, "tokens": tokens, "increase": loss - base,
+                                   "relative_increase": (loss - base) / base, "head_quantized": head}
+        print(f"{scheme} ({'head quantized' if head else 'head 16-bit'}): held-out loss {loss:.4f}, "
+              f"+{loss - base:.4f} nats/token ({100 * (loss - base) / base:+.2f}%)")
     results["seconds"] = time.time() - t0
     with open(os.path.join(args.out, "quantization_quality.json"), "w") as f:
         json.dump(results, f, indent=2)

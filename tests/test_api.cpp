@@ -149,6 +149,40 @@ TEST(Capi, OptionsBeyondTheirLimitsAreInvalidArguments) {
   EXPECT_THAT(err, HasSubstr("emulator_workgroups must be at most 4096"));
 }
 
+// Load-time quantization through the C API: int4 with the head quantized (the default) or kept in 16
+// bits generates; values outside the enums are invalid arguments naming the field.
+TEST(Capi, QuantizeOptions) {
+  mk_model_options o = emulator();
+  EXPECT_EQ(o.quantize, MK_QUANTIZE_NONE);
+  EXPECT_EQ(o.quantize_head, 1);
+  char err[512];
+  for (int head : {1, 0}) {
+    SCOPED_TRACE(head);
+    o.quantize = MK_QUANTIZE_INT4;
+    o.quantize_head = head;
+    mk_model* model = nullptr;
+    ASSERT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_OK) << err;
+    mk_session* session = nullptr;
+    ASSERT_EQ(mk_session_create(model, nullptr, &session), MK_OK) << mk_model_last_error(model);
+    mk_generate_params p = params(6);
+    std::string reply;
+    EXPECT_EQ(mk_generate(session, "Hello", &p, append_text, &reply), MK_OK) << mk_session_last_error(session);
+    mk_stats s;
+    mk_session_stats(session, &s);
+    EXPECT_EQ(s.last_generated_tokens, 6);
+    mk_session_destroy(session);
+    mk_model_close(model);
+  }
+  mk_model* model = nullptr;
+  o.quantize_head = 2;
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(err, HasSubstr("options->quantize_head must be 0 or 1"));
+  o.quantize_head = 1;
+  o.quantize = static_cast<mk_quantize>(7);
+  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(err, HasSubstr("options->quantize is not an mk_quantize"));
+}
+
 // The tiny chat model's vocabulary is printable ASCII: "é" has byte tokens beyond it. That is the
 // prompt's problem (MK_ERROR_INVALID_ARGUMENT), not a backend failure, and the session is unchanged.
 TEST(Capi, APromptOutsideTheVocabularyIsAnInvalidArgument) {

@@ -98,22 +98,34 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) + (c.tied ? "_tied" : "_untied");
     });
 
-// fp8 weights (quantized at load): the reference computes on the dequantized weights, the emulator on
-// the FP8 image's rows (values and group scales).
-TEST(Emulator, Fp8WeightsMatchTheReferenceOnTheDequantizedWeights) {
+// Quantized weights (quantized at load): the reference computes on the dequantized weights, the emulator
+// on the image's rows (codes, group scales and zero points), with the embedding and LM head quantized
+// too or kept in bf16.
+struct QuantizedCase {
+  Quantize quantize;
+  bool quantize_head;
+  MatrixFormat format;
+};
+
+class EmulatorQuantized : public ::testing::TestWithParam<QuantizedCase> {};
+
+TEST_P(EmulatorQuantized, MatchesTheReferenceOnTheDequantizedWeights) {
+  const QuantizedCase& q = GetParam();
   for (Arch arch : {Arch::Llama, Arch::Qwen2, Arch::Qwen3}) {
     SCOPED_TRACE(arch_name(arch));
     TinyModelSpec spec;
     spec.arch = arch;
-    spec.hidden = 256, spec.intermediate = 336, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64;
+    spec.hidden = 256, spec.intermediate = 352, spec.heads = 4, spec.kv_heads = 2, spec.head_dim = 64;
     spec.tied = arch == Arch::Qwen2;
     spec.eos = {};
-    auto dir = test::make_temp_dir("emu-fp8");
+    auto dir = test::make_temp_dir("emu-quantized");
     test::write_tiny_model(dir, spec);
     LoadOptions load;
-    load.quantize = Quantize::Fp8;
+    load.quantize = q.quantize;
+    load.quantize_head = q.quantize_head;
     const auto model = load_model(dir, load);
-    ASSERT_EQ(matrix_format_for(*model), MatrixFormat::FP8);
+    ASSERT_EQ(matrix_format_for(*model), q.format);
+    ASSERT_EQ(head_format_for(*model), q.quantize_head ? q.format : MatrixFormat::BF16);
     EmulatorOptions opt;
     opt.num_workgroups = 11;
     opt.context = 48;
@@ -121,6 +133,15 @@ TEST(Emulator, Fp8WeightsMatchTheReferenceOnTheDequantizedWeights) {
     expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, EmulatorQuantized,
+                         ::testing::Values(QuantizedCase{Quantize::Fp8, true, MatrixFormat::FP8},
+                                           QuantizedCase{Quantize::Fp8, false, MatrixFormat::FP8},
+                                           QuantizedCase{Quantize::Int4, true, MatrixFormat::INT4},
+                                           QuantizedCase{Quantize::Int4, false, MatrixFormat::INT4}),
+                         [](const auto& test_info) {
+                           return std::string(matrix_format_name(test_info.param.format)) + (test_info.param.quantize_head ? "_head_quantized" : "_head_bf16");
+                         });
 
 TEST(Emulator, GroupedQueryRatiosAndWorkgroupCounts) {
   for (auto [heads, kv] : {std::pair{4, 4}, std::pair{6, 2}, std::pair{8, 1}}) {

@@ -158,7 +158,7 @@ struct Checkpoint {
     j["quantization_config"] = q;
     set_config(j);
   }
-  std::unique_ptr<Model> load() const { return load_model(dir); }
+  std::unique_ptr<Model> load(const LoadOptions& options = {}) const { return load_model(dir, options); }
   std::string load_error() const {
     return error_of([&] { load(); });
   }
@@ -264,7 +264,7 @@ bool points_into(const void* p, const Model& model) {
 class Fp8Checkpoint : public ::testing::TestWithParam<Form> {};
 
 // Every fp8 matrix is the file's bytes in place, with the file's scales, and at() gives exactly
-// fp8 value * scale for every element; the bf16 embedding and LM head are quantized at load.
+// fp8 value * scale for every element; the bf16 embedding and LM head stay as stored.
 TEST_P(Fp8Checkpoint, LoadsAsStoredWithItsScales) {
   const Checkpoint ck = make_checkpoint(GetParam(), "fp8-ckpt");
   const auto model = ck.load();
@@ -290,16 +290,40 @@ TEST_P(Fp8Checkpoint, LoadsAsStoredWithItsScales) {
     for (int64_t r = 0; r < m.rows; ++r)
       for (int64_t c = 0; c < m.cols; ++c)
         ASSERT_EQ(v.at(r * m.cols + c), m.expected(r, c)) << "[" << r << ", " << c << "]";
-    EXPECT_TRUE(fp8_scale_problem(v).empty()) << fp8_scale_problem(v);
+    EXPECT_TRUE(scale_group_problem(v).empty()) << scale_group_problem(v);
   }
+  EXPECT_EQ(head_format_for(*model), MatrixFormat::BF16);
   for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
     SCOPED_TRACE(name);
     ASSERT_EQ(views.count(name), 1u);
+    const TensorView& v = *views.at(name);
+    EXPECT_EQ(v.dtype, DType::BF16);
+    EXPECT_FALSE(v.quantized());
+    EXPECT_TRUE(points_into(v.data, *model));
+  }
+}
+
+// Asked to quantize to fp8, an fp8 checkpoint keeps its matrices and quantizes its embedding and LM
+// head at load; to int4, it is refused (no re-quantization of quantized weights).
+TEST(Fp8Checkpoints, QuantizeOptionBringsTheHeadAlong) {
+  const Checkpoint ck = make_checkpoint(Form::Block128, "fp8-head");
+  LoadOptions fp8;
+  fp8.quantize = Quantize::Fp8;
+  const auto model = ck.load(fp8);
+  EXPECT_EQ(matrix_format_for(*model), MatrixFormat::FP8);
+  EXPECT_EQ(head_format_for(*model), MatrixFormat::FP8);
+  const auto views = matrices_by_name(*model);
+  for (const auto& [name, m] : ck.fp8) EXPECT_TRUE(points_into(views.at(name)->data, *model)) << name;
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    SCOPED_TRACE(name);
     const TensorView& v = *views.at(name);
     EXPECT_EQ(v.dtype, DType::F8_E4M3);
     EXPECT_TRUE(v.quantized());
     EXPECT_FALSE(points_into(v.data, *model));  // made at load time
   }
+  LoadOptions int4;
+  int4.quantize = Quantize::Int4;
+  EXPECT_THAT(error_of([&] { ck.load(int4); }), HasSubstr("is stored in fp8; it cannot be quantized to int4"));
 }
 
 // The emulator reads the FP8 image packed from the checkpoint's own values and scales; the reference
@@ -444,7 +468,7 @@ TEST(Fp8Checkpoints, ScaleOfAnUnsupportedDtype) {
 
 TEST(Fp8Checkpoints, UnknownQuantMethod) {
   const Checkpoint ck = make_checkpoint(Form::Block128, "fp8-awq");
-  for (const char* method : {"awq", "gptq", "bitsandbytes"}) {
+  for (const char* method : {"bitsandbytes", "hqq", "eetq"}) {
     ck.set_quantization_config({{"quant_method", method}, {"bits", 4}});
     const std::string msg = ck.load_error();
     EXPECT_THAT(msg, HasSubstr((ck.dir / "config.json").string() +

@@ -383,9 +383,9 @@ TEST(ModelConfig, QuantizationConfigForms) {
 
 TEST(ModelConfig, UnsupportedQuantization) {
   json j = minimal();
-  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"bits", 4}};
   std::string msg = parse_error(j);
-  EXPECT_THAT(msg, HasSubstr("unsupported quantization method 'quantization_config.quant_method' = \"gptq\""));
+  EXPECT_THAT(msg, HasSubstr("unsupported quantization method 'quantization_config.quant_method' = \"bitsandbytes\""));
   EXPECT_THAT(msg, HasSubstr("supported: \"fp8\""));
   EXPECT_THAT(msg, HasSubstr("\"compressed-tensors\" with format \"float-quantized\""));
   j["quantization_config"] = {{"bits", 4}};

@@ -1,4 +1,4 @@
-// Load-time fp8 quantization and the FP8 matrix format of the weight image.
+// Load-time quantization (fp8, int4) and the quantized matrix formats of the weight image.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -29,13 +29,24 @@ struct Pair {
   std::unique_ptr<Model> original, quantized;
 };
 
-Pair load_both(const test::TinyModelSpec& spec, const std::string& tag) {
+Pair load_both(const test::TinyModelSpec& spec, const std::string& tag, Quantize quantize = Quantize::Fp8, bool head = true) {
   const auto dir = test::make_temp_dir(tag);
   test::write_tiny_model(dir, spec);
-  LoadOptions fp8;
-  fp8.quantize = Quantize::Fp8;
-  return {load_model(dir), load_model(dir, fp8)};
+  LoadOptions options;
+  options.quantize = quantize;
+  options.quantize_head = head;
+  return {load_model(dir), load_model(dir, options)};
 }
+
+test::TinyModelSpec int4_spec() {
+  test::TinyModelSpec spec = fp8_spec();
+  spec.intermediate = 352;  // a multiple of 32; three groups, the last one 96 columns
+  return spec;
+}
+
+// The nibble of its 32-bit word that element e (0..7) of an INT4 word occupies, as
+// runtime/matrix_format.h documents it, written out: pairs (0, 1), (2, 3), ... 16 bits apart.
+constexpr int kInt4Nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 TEST(Quantize, EveryMatrixBecomesFp8WithOneScalePerGroupOfARow) {
   const Pair m = load_both(fp8_spec(), "quantize");
@@ -123,7 +134,7 @@ TEST(Quantize, AnFp8ImageRefusesAnUnquantizedMatrixAndAForeignBlockShape) {
   const TensorView quantized_down = model.weights.layers[0].w_down;
   model.weights.layers[0].w_down = m.original->weights.layers[0].w_down;  // bf16 among fp8
   EXPECT_THAT(test::error_of([&] { pack_weights_to_host(model, layout); }),
-              HasSubstr("tensor model.layers.0.mlp.down_proj.weight is BF16, but the model's matrices are fp8"));
+              HasSubstr("tensor model.layers.0.mlp.down_proj.weight is BF16, but it is packed as fp8"));
   model.weights.layers[0].w_down = quantized_down;
   model.weights.layers[0].w_down.scale.block_cols = 64;  // a block scale that splits a 128-column group
   EXPECT_THAT(test::error_of([&] { pack_weights_to_host(model, layout); }),
@@ -156,11 +167,156 @@ TEST(Quantize, ANonFiniteWeightIsNamed) {
               HasSubstr("tensor model.layers.1.self_attn.o_proj.weight: element [3, 7] is inf"));
 }
 
-// A preset has no tensors; mk-bench's --quantize fp8 asks for the FP8 image through it.
-TEST(Quantize, APresetCarriesItsMatrixFormat) {
+// A preset has no tensors; mk-bench's --quantize asks for the quantized image through it.
+TEST(Quantize, APresetCarriesItsMatrixFormats) {
   EXPECT_EQ(matrix_format_for(*preset_model("llama-3.2-1b")), MatrixFormat::BF16);
   EXPECT_EQ(matrix_format_for(*preset_model("llama-3.2-1b", MatrixFormat::FP8)), MatrixFormat::FP8);
+  EXPECT_EQ(head_format_for(*preset_model("llama-3.2-1b", MatrixFormat::FP8)), MatrixFormat::FP8);
   EXPECT_EQ(matrix_format_for(*preset_model("qwen2.5-0.5b", MatrixFormat::F16)), MatrixFormat::F16);
+  const auto int4 = preset_model("llama-3.1-8b", MatrixFormat::INT4, MatrixFormat::BF16);
+  EXPECT_EQ(matrix_format_for(*int4), MatrixFormat::INT4);
+  EXPECT_EQ(head_format_for(*int4), MatrixFormat::BF16);
+}
+
+// int4: per row and 128-column group, min-max scale (max - min) / 15 and zero point round(-min / s);
+// every weight within half a step of its original.
+TEST(Quantize, EveryMatrixBecomesInt4WithAScaleAndZeroPointPerGroupOfARow) {
+  const Pair m = load_both(int4_spec(), "quantize-int4", Quantize::Int4);
+  EXPECT_EQ(matrix_format_for(*m.quantized), MatrixFormat::INT4);
+  EXPECT_EQ(head_format_for(*m.quantized), MatrixFormat::INT4);
+  const auto originals = weight_matrices(*m.original);
+  const auto quantized = weight_matrices(*m.quantized);
+  ASSERT_EQ(originals.size(), quantized.size());
+  for (size_t i = 0; i < originals.size(); ++i) {
+    const TensorView& o = *originals[i];
+    const TensorView& q = *quantized[i];
+    SCOPED_TRACE(o.name);
+    ASSERT_EQ(q.dtype, DType::U4);
+    ASSERT_TRUE(q.quantized());
+    ASSERT_NE(q.scale.zero, nullptr);
+    const int64_t rows = o.shape[0], cols = o.shape[1];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+        const int64_t c1 = std::min(cols, c0 + 128);
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t c = c0; c < c1; ++c) lo = std::min(lo, o.at(r * cols + c)), hi = std::max(hi, o.at(r * cols + c));
+        const float s = q.scale.at(r, c0);
+        ASSERT_GT(hi, lo);
+        ASSERT_EQ(s, (hi - lo) / 15.0f) << "row " << r << ", group at " << c0;
+        ASSERT_EQ(q.scale.zero_at(r, c0), std::nearbyint(-lo / s)) << "row " << r << ", group at " << c0;
+        for (int64_t c = c0; c < c1; ++c) {
+          const float v = o.at(r * cols + c), d = q.at(r * cols + c);
+          ASSERT_LE(std::fabs(d - v), 0.5001f * s) << "[" << r << ", " << c << "]: " << v << " became " << d;
+        }
+      }
+    }
+  }
+}
+
+// A group of equal values keeps its value exactly; an all-zero group stays zero.
+TEST(Quantize, Int4ConstantGroupsAreExact) {
+  const auto dir = test::make_temp_dir("quantize-int4-const");
+  auto tensors = test::write_tiny_model(dir, int4_spec());
+  for (auto& t : tensors)
+    if (t.name == "model.layers.0.mlp.up_proj.weight") {
+      const uint16_t minus_three = 0xc040, zero = 0;  // bf16 -3.0, 0.0
+      for (int c = 0; c < 128; ++c) std::memcpy(t.bytes.data() + 2 * c, &minus_three, 2);          // row 0, group 0
+      for (int c = 128; c < 256; ++c) std::memcpy(t.bytes.data() + 2 * c, &zero, 2);               // row 0, group 1
+    }
+  test::write_safetensors(dir / "model.safetensors", tensors);
+  LoadOptions int4;
+  int4.quantize = Quantize::Int4;
+  const auto model = load_model(dir, int4);
+  const TensorView& up = model->weights.layers[0].w_up;
+  for (int c = 0; c < 128; ++c) ASSERT_EQ(up.at(c), -3.0f) << c;
+  for (int c = 128; c < 256; ++c) ASSERT_EQ(up.at(c), 0.0f) << c;
+}
+
+// The image's INT4 rows, read back by the format's definition (runtime/matrix_format.h): cols / 2 bytes
+// of codes in the documented nibble order, one f32 scale per 128 columns, one byte zero point per
+// group, padded to 16 bytes.
+TEST(Quantize, TheImageHoldsEachInt4RowsCodesThenScalesThenZeroPoints) {
+  const Pair m = load_both(int4_spec(), "quantize-int4-image", Quantize::Int4);
+  const Model& model = *m.quantized;
+  const WeightLayout layout = plan_weight_layout(model);
+  ASSERT_EQ(layout.format, MatrixFormat::INT4);
+  const std::vector<uint8_t> image = pack_weights_to_host(model, layout);
+  struct Case {
+    uint64_t offset;
+    const TensorView* t;
+  };
+  const LayerWeights& L = model.weights.layers[1];
+  const LayerOffsets& o = layout.layers[1];
+  for (const Case& c : {Case{o.w_down, &L.w_down}, Case{o.w_gate, &L.w_gate}, Case{o.wo, &L.wo}, Case{layout.embed, &model.weights.embed}}) {
+    SCOPED_TRACE(c.t->name);
+    const int64_t rows = c.t->shape[0], cols = c.t->shape[1];
+    const int64_t groups = (cols + 127) / 128, row_bytes = cols / 2 + (groups * 5 + 15) / 16 * 16;
+    EXPECT_EQ(uint64_t(row_bytes), layout.row_bytes(int(cols)));
+    const auto* codes = static_cast<const uint8_t*>(c.t->data);  // U4: element i in byte i / 2, low nibble first
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = image.data() + c.offset + uint64_t(r * row_bytes);
+      for (int64_t col = 0; col < cols; ++col) {
+        const int64_t i = r * cols + col;
+        const int expected = (codes[i / 2] >> (4 * (i % 2))) & 15;
+        uint32_t word;
+        std::memcpy(&word, row + 4 * (col / 8), 4);
+        ASSERT_EQ(int(word >> (4 * kInt4Nibble[col % 8]) & 15u), expected) << "[" << r << ", " << col << "]";
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        float s;
+        std::memcpy(&s, row + cols / 2 + 4 * g, 4);
+        ASSERT_EQ(s, c.t->scale.at(r, g * 128)) << "row " << r << ", group " << g;
+        ASSERT_EQ(row[cols / 2 + 4 * groups + g], c.t->scale.zero_at(r, g * 128)) << "row " << r << ", group " << g;
+      }
+      for (int64_t pad = cols / 2 + 5 * groups; pad < row_bytes; ++pad) ASSERT_EQ(row[pad], 0) << "row " << r;
+    }
+  }
+}
+
+// The format's element decoder on a literal row: codes 1..8 for elements 0..7 make the word 0x86427531
+// (element 0 in nibble 0, element 1 in nibble 4, ...); scale 0.5 and zero point 3 follow 32 columns of
+// codes.
+TEST(Quantize, Int4RowElementsFromALiteralWord) {
+  uint8_t row[16 + 16] = {};
+  const uint32_t word = 0x86427531u;
+  std::memcpy(row, &word, 4);
+  const float scale = 0.5f;
+  std::memcpy(row + 16, &scale, 4);
+  row[20] = 3;
+  for (int e = 0; e < 8; ++e) {
+    EXPECT_EQ(int4_code(row, e), e + 1) << e;
+    EXPECT_EQ(matrix_row_element(MatrixFormat::INT4, row, 32, e), float(e + 1 - 3) * 0.5f) << e;
+  }
+  EXPECT_EQ(matrix_row_bytes(MatrixFormat::INT4, 32), 32);
+  EXPECT_EQ(matrix_row_bytes(MatrixFormat::INT4, 4096), 2048 + 160);
+}
+
+// quantize_head = false: the layers are int4, the embedding and LM head stay bf16, and the image packs
+// the head in 16 bits next to the quantized layers.
+TEST(Quantize, TheHeadCanStayBf16) {
+  const Pair m = load_both(int4_spec(), "quantize-int4-head", Quantize::Int4, false);
+  const Model& model = *m.quantized;
+  EXPECT_EQ(matrix_format_for(model), MatrixFormat::INT4);
+  EXPECT_EQ(head_format_for(model), MatrixFormat::BF16);
+  EXPECT_EQ(model.weights.embed.dtype, DType::BF16);
+  EXPECT_EQ(model.weights.lm_head.dtype, DType::BF16);
+  const WeightLayout layout = plan_weight_layout(model);
+  EXPECT_EQ(layout.head_format, MatrixFormat::BF16);
+  const std::vector<uint8_t> image = pack_weights_to_host(model, layout);
+  const int64_t H = model.config.hidden_size;
+  EXPECT_EQ(std::memcmp(image.data() + layout.lm_head + 3 * 2 * H, static_cast<const uint8_t*>(model.weights.lm_head.data) + 3 * 2 * H,
+                        size_t(2 * H)),
+            0);
+}
+
+TEST(Quantize, AnInt4ImageNeedsColumnsInMultiplesOf32) {
+  const auto dir = test::make_temp_dir("quantize-int4-cols");
+  test::write_tiny_model(dir, fp8_spec());  // intermediate 336: a multiple of 16, not of 32
+  LoadOptions int4;
+  int4.quantize = Quantize::Int4;
+  const auto model = load_model(dir, int4);
+  EXPECT_THAT(test::error_of([&] { plan_weight_layout(*model); }),
+              HasSubstr("intermediate_size = 336 is not a multiple of 32, which int4 matrices need"));
 }
 
 }  // namespace

@@ -96,6 +96,22 @@ TEST(MkRun, AFailedGenerationPrintsNoTokensLine) {
   EXPECT_THAT(ok.out, ::testing::StartsWith("tokens: "));
 }
 
+// --quantize int4 with the head kept in 16 bits runs (the built-in model: hidden 256, intermediate 512),
+// with progress on stderr; unknown values name the option.
+TEST(MkRun, QuantizeOptions) {
+  const Captured ok = mk_run({"--quantize", "int4", "--quantize-head", "no", "-n", "3"});
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_THAT(ok.out, ::testing::StartsWith("tokens: "));
+  EXPECT_THAT(ok.err, HasSubstr("quantizing the weight matrices to int4: "));
+  Captured r = mk_run({"--quantize", "int3", "-n", "1"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("--quantize"));
+  EXPECT_THAT(r.err, HasSubstr("int3"));
+  r = mk_run({"--quantize", "int4", "--quantize-head", "maybe", "-n", "1"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("--quantize-head"));
+}
+
 TEST(MkChat, AHugeContextIsRefusedNamingTheLimit) {
   const Captured r = mk_chat({"-c", "2000000000", "-p", "hi"});
   EXPECT_EQ(r.status, 1) << r.err;

@@ -12,7 +12,7 @@ struct DownOp : OpDefaults {
   static constexpr bool kGemv = true;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims& d, const LayerOffsets& L, uint64_t) {
     GemvMatrices g;
-    g.matrix[0] = L.w_down, g.parts = 1, g.cols = d.intermediate;
+    g.matrix[0] = L.w_down, g.parts = 1, g.cols = d.intermediate, g.format = d.format;
     return g;
   }
   // h in planes, then the residual rows it adds to (Machine::residual_rows).

@@ -14,8 +14,9 @@ struct EmbedOp : OpDefaults {
   __device__ static void run(MachineT& m, const Instr&) {
     const int32_t token = load_fresh(m.p.tokens + m.step);
     const int cols = m.p.dims.hidden;
-    const uint8_t* row = m.matrix(m.p.embed) + size_t(token) * m.row_bytes(cols);
-    for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = row_value<MachineT::kFormat>(row, cols, i);
+    const MatrixFormat f = m.p.dims.head_format;
+    const uint8_t* row = m.matrix(m.p.embed) + size_t(token) * size_t(matrix_row_bytes(f, cols));
+    for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = matrix_row_element(f, row, cols, i);
   }
 #endif
 };

@@ -13,7 +13,7 @@ struct GateUpOp : OpDefaults {
   static constexpr bool kGemv = true;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims& d, const LayerOffsets& L, uint64_t) {
     GemvMatrices g;
-    g.matrix[0] = L.w_gate, g.matrix[1] = L.w_up, g.parts = 2, g.cols = d.hidden;
+    g.matrix[0] = L.w_gate, g.matrix[1] = L.w_up, g.parts = 2, g.cols = d.hidden, g.format = d.format;
     return g;
   }
   static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }

@@ -13,7 +13,7 @@ struct LMHeadOp : OpDefaults {
   static constexpr bool kGemv = true;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims& d, const LayerOffsets&, uint64_t lm_head) {
     GemvMatrices g;
-    g.matrix[0] = lm_head, g.parts = 1, g.cols = d.hidden;
+    g.matrix[0] = lm_head, g.parts = 1, g.cols = d.hidden, g.format = d.head_format;
     return g;
   }
   // Not on prompt steps: nobody reads their logits.
@@ -31,7 +31,7 @@ struct LMHeadOp : OpDefaults {
     if (!active(int(m.step), m.p.ingest)) return;  // a prompt step: nobody needs its logits
     float best = -INFINITY;
     int32_t best_index = int32_t(in.begin);
-    m.gemv(in, [&] { m.norm_prologue(m.p.x); }, [&](uint32_t r, float v, float) {
+    m.template gemv<true>(in, [&] { m.norm_prologue(m.p.x); }, [&](uint32_t r, float v, float) {
       v *= m.inv_rms();
       m.p.logits[r] = v;
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id

@@ -13,7 +13,7 @@ struct OProjOp : OpDefaults {
   static constexpr bool kGemv = true;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims& d, const LayerOffsets& L, uint64_t) {
     GemvMatrices g;
-    g.matrix[0] = L.wo, g.parts = 1, g.cols = d.heads * d.head_dim;
+    g.matrix[0] = L.wo, g.parts = 1, g.cols = d.heads * d.head_dim, g.format = d.format;
     return g;
   }
   // The combined attention output in planes and every (m, l), then the residual rows it adds to.

@@ -25,6 +25,7 @@ struct GemvMatrices {
   uint64_t matrix[2] = {0, 0};
   int parts = 0;  // 0: the op reads no weight matrix
   int cols = 0;
+  MatrixFormat format = MatrixFormat::BF16;  // of the matrices: the layers' (ModelDims::format) or the head's
 };
 
 struct OpDefaults {

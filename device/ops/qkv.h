@@ -14,7 +14,7 @@ struct QKVOp : OpDefaults {
   static constexpr bool kGemv = true;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims& d, const LayerOffsets& L, uint64_t) {
     GemvMatrices g;
-    g.matrix[0] = L.wqkv, g.parts = 1, g.cols = d.hidden;
+    g.matrix[0] = L.wqkv, g.parts = 1, g.cols = d.hidden, g.format = d.format;
     return g;
   }
   static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }

@@ -149,6 +149,7 @@ void mk_model_options_init(mk_model_options* o) {
   *o = mk_model_options{};
   o->backend = MK_BACKEND_AUTO;
   o->emulator_workgroups = mk::EngineOptions{}.emulator_workgroups;
+  o->quantize_head = mk::LoadOptions{}.quantize_head ? 1 : 0;
 }
 
 mk_status mk_model_open(const char* path, const mk_model_options* options, mk_model** model, char* errbuf,
@@ -172,9 +173,15 @@ mk_status mk_model_open(const char* path, const mk_model_options* options, mk_mo
     e.gpu_device = o.gpu_device;
     e.emulator_workgroups = o.emulator_workgroups;
     switch (o.quantize) {
-      case MK_QUANTIZE_NONE: e.quantize = mk::Quantize::None; break;
-      case MK_QUANTIZE_FP8: e.quantize = mk::Quantize::Fp8; break;
+      case MK_QUANTIZE_NONE: e.load.quantize = mk::Quantize::None; break;
+      case MK_QUANTIZE_FP8: e.load.quantize = mk::Quantize::Fp8; break;
+      case MK_QUANTIZE_INT4: e.load.quantize = mk::Quantize::Int4; break;
       default: invalid("mk_model_open: options->quantize is not an mk_quantize");
+    }
+    switch (o.quantize_head) {
+      case 0: e.load.quantize_head = false; break;
+      case 1: e.load.quantize_head = true; break;
+      default: invalid("mk_model_open: options->quantize_head must be 0 or 1");
     }
     if (o.on_progress)
       e.on_upload_progress = [cb = o.on_progress, user = o.user](uint64_t done, uint64_t total, double s) { cb(done, total, s, user); };

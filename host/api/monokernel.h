@@ -99,10 +99,12 @@ typedef enum mk_stop_reason {
   MK_STOP_CONTEXT_FULL = 4  /* the KV cache is full: reset the session to go on */
 } mk_stop_reason;
 
-/* Load-time quantization of a bf16/fp16 checkpoint's weight matrices (an fp8 checkpoint loads as fp8). */
+/* Load-time quantization of a bf16/fp16 checkpoint's weight matrices (an fp8, AWQ or GPTQ checkpoint
+ * loads as stored). Scales per 128 columns of a row. */
 typedef enum mk_quantize {
   MK_QUANTIZE_NONE = 0,
-  MK_QUANTIZE_FP8 = 1 /* fp8 E4M3, one scale per 128 columns of a row; the embedding and the LM head too */
+  MK_QUANTIZE_FP8 = 1, /* fp8 E4M3, one scale per group */
+  MK_QUANTIZE_INT4 = 2 /* 4-bit codes, one scale and zero point per group */
 } mk_quantize;
 
 typedef struct mk_model mk_model;
@@ -121,6 +123,8 @@ typedef struct mk_model_options {
   void (*on_notice)(const char* message, void* user);
   void* user;
   mk_quantize quantize; /* MK_QUANTIZE_NONE by default */
+  int quantize_head;    /* with quantize: 1 (mk_model_options_init's default) quantizes the embedding and the LM
+                           head too, 0 keeps them in 16 bits */
 } mk_model_options;
 
 /* Fills the defaults: MK_BACKEND_AUTO, context 0, device 0, 16 emulator workgroups, no callbacks, no quantization. */

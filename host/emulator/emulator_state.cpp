@@ -19,7 +19,7 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
     fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
   if (cfg.sliding_window > 0 && opt.context > cfg.sliding_window)
     fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
-  layout = plan_weight_layout(cfg, matrix_format_for(model));
+  layout = plan_weight_layout(model);
   check_memory();
   weights = pack_weights_to_host(model, layout);
   rope = rope_table(cfg, opt.context);

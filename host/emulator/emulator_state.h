@@ -99,14 +99,13 @@ struct EmulatorState {
   void check_finite(const float* logits, uint32_t step) const;
 
   // ---- weights ----
+  // The format of the matrix at `offset`: the head's (embedding, LM head) or the layers'.
+  MatrixFormat format_of(uint64_t offset) const {
+    return offset == layout.embed || offset == layout.lm_head ? layout.head_format : layout.format;
+  }
   // Element c of row r of the matrix at `offset` with `cols` columns (runtime/matrix_format.h).
   float wt(uint64_t offset, size_t cols, size_t r, size_t c) const {
-    const uint8_t* row = matrix_row(offset, cols, r);
-    switch (layout.format) {
-      case MatrixFormat::FP8: return fp8_e4m3_to_float(row[c]) * row_scale(row, cols, c);
-      case MatrixFormat::F16: return load_as_float(row, DType::F16, int64_t(c));
-      default: return load_as_float(row, DType::BF16, int64_t(c));
-    }
+    return matrix_row_element(format_of(offset), matrix_row(offset, cols, r), int(cols), int(c));
   }
   const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(weights.data() + offset); }
   // dot(row `r` of matrix at `offset` with `cols` columns, v), accumulated in fp32 like the kernel.
@@ -114,24 +113,13 @@ struct EmulatorState {
   // The same sum continued over columns [c0, c1) from `acc` (v holds those columns): summing a row slice
   // by slice, in order, gives dot_row's value bit for bit.
   float dot_row_part(uint64_t offset, size_t r, size_t cols, size_t c0, size_t c1, const float* v, float acc) const {
+    const MatrixFormat f = format_of(offset);
     const uint8_t* row = matrix_row(offset, cols, r);
-    switch (layout.format) {
-      case MatrixFormat::FP8:
-        for (size_t c = c0; c < c1; ++c) acc += fp8_e4m3_to_float(row[c]) * row_scale(row, cols, c) * v[c - c0];
-        break;
-      case MatrixFormat::F16:
-        for (size_t c = c0; c < c1; ++c) acc += load_as_float(row, DType::F16, int64_t(c)) * v[c - c0];
-        break;
-      default:
-        for (size_t c = c0; c < c1; ++c) acc += load_as_float(row, DType::BF16, int64_t(c)) * v[c - c0];
-    }
+    for (size_t c = c0; c < c1; ++c) acc += matrix_row_element(f, row, int(cols), int(c)) * v[c - c0];
     return acc;
   }
-  const uint8_t* matrix_row(uint64_t offset, size_t cols, size_t r) const { return weights.data() + offset + r * layout.row_bytes(int(cols)); }
-  static float row_scale(const uint8_t* row, size_t cols, size_t c) {
-    float s;
-    std::memcpy(&s, row + cols + 4 * (c / kScaleGroup), 4);
-    return s;
+  const uint8_t* matrix_row(uint64_t offset, size_t cols, size_t r) const {
+    return weights.data() + offset + r * uint64_t(matrix_row_bytes(format_of(offset), int(cols)));
   }
   std::vector<float> rms_norm(const float* v, size_t n, const float* weight) const {
     float ss = 0.f;

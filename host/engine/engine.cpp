@@ -133,10 +133,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     invalid(fmt::format("emulator_workgroups must be at most {} (got {})", kMaxEmulatorWorkgroups, options.emulator_workgroups));
   if (options.gpu_device < 0) invalid(fmt::format("gpu_device must be >= 0 (got {})", options.gpu_device));
 
-  LoadOptions load;
-  load.quantize = options.quantize;
-  load.on_quantize_progress = options.on_quantize_progress;
-  auto model = as_bad_model([&] { return load_model(dir, load); });
+  auto model = as_bad_model([&] { return load_model(dir, options.load); });
   auto tokenizer = as_bad_model([&] { return Tokenizer::load(dir); });
   std::optional<ChatTemplate> tmpl;
   std::string tmpl_error;

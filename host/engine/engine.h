@@ -72,10 +72,9 @@ struct EngineOptions {
   int gpu_device = 0;
   // The emulator's virtual workgroups: the arithmetic does not depend on it; fewer is faster on a CPU.
   int emulator_workgroups = 16;
-  // Load-time quantization of a bf16/fp16 checkpoint (an fp8 checkpoint is fp8 whatever this says).
-  Quantize quantize = Quantize::None;
-  // Load-time quantization progress: (matrices done, matrices in all).
-  std::function<void(int, int)> on_quantize_progress;
+  // Load-time quantization of a bf16/fp16 checkpoint, the head included or not, and its progress
+  // (runtime/model.h; a quantized checkpoint runs as stored without it).
+  LoadOptions load;
   // GPU weight upload: (bytes done, bytes total, seconds so far).
   std::function<void(uint64_t, uint64_t, double)> on_upload_progress;
   // Notices for the user: the fallback to the emulator, and why.

@@ -69,8 +69,8 @@ int run(int argc, char** argv) {
   app.add_option("--max-body", config.max_body_bytes, "largest request body in bytes; larger ones get 413")
       ->capture_default_str()
       ->check(CLI::Range(size_t(1024), size_t(1) << 30));
-  mk::Quantize quantize = mk::Quantize::None;
-  mk::cli::add_quantize_option(app, quantize);
+  mk::LoadOptions load;
+  mk::cli::add_quantize_options(app, load);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   app.add_flag("-q,--quiet", quiet, "no line per request on stderr");
   CLI11_PARSE(app, argc, argv);
@@ -97,8 +97,7 @@ int run(int argc, char** argv) {
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
   options.context = context;
-  options.quantize = quantize;
-  options.on_quantize_progress = mk::cli::print_quantize_progress;
+  options.load = load;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   options.on_upload_progress = [](uint64_t done, uint64_t total, double s) {
     if (done == total) fmt::print(stderr, "uploaded {:.2f} GB of weights in {:.1f} s\n", double(total) / 1e9, s);

@@ -32,21 +32,24 @@ inline CLI::Validator int_range(long long min, long long max) {
       fmt::format("INT in [{} - {}]", min, max));
 }
 
-// --quantize none|fp8: load-time quantization of a bf16/fp16 checkpoint (fp8 checkpoints load as fp8
-// whatever it says).
-inline CLI::Option* add_quantize_option(CLI::App& app, Quantize& quantize) {
-  static const std::map<std::string, Quantize> kNames{{"none", Quantize::None}, {"fp8", Quantize::Fp8}};
-  return app
-      .add_option("--quantize", quantize,
-                  "quantize the weight matrices at load time: none, or fp8 (E4M3, one scale per 128 columns of a row; the "
-                  "embedding and the LM head too)")
+// --quantize none|fp8|int4 and --quantize-head yes|no: load-time quantization of a bf16/fp16 checkpoint
+// (quantized checkpoints load as stored), into `load`, with progress on stderr.
+inline void add_quantize_options(CLI::App& app, LoadOptions& load) {
+  static const std::map<std::string, Quantize> kNames{{"none", Quantize::None}, {"fp8", Quantize::Fp8}, {"int4", Quantize::Int4}};
+  static const std::map<std::string, bool> kYesNo{{"yes", true}, {"no", false}};
+  app.add_option("--quantize", load.quantize,
+                 "quantize the weight matrices at load time: none, fp8 (E4M3, one scale per 128 columns of a row) or int4 "
+                 "(4-bit, one scale and zero point per 128 columns of a row)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("none");
-}
-
-// Progress of load-time quantization on stderr, one line rewritten in place.
-inline void print_quantize_progress(int done, int total) {
-  fmt::print(stderr, "\rquantizing the weight matrices to fp8: {}/{}{}", done, total, done == total ? "\n" : "");
+  app.add_option("--quantize-head", load.quantize_head,
+                 "with --quantize: quantize the embedding and the LM head too (yes), or keep them in 16 bits (no)")
+      ->transform(CLI::CheckedTransformer(kYesNo, CLI::ignore_case))
+      ->default_str(load.quantize_head ? "yes" : "no");
+  load.on_quantize_progress = [&load](int done, int total) {
+    fmt::print(stderr, "\rquantizing the weight matrices to {}: {}/{}{}", load.quantize == Quantize::Int4 ? "int4" : "fp8", done,
+               total, done == total ? "\n" : "");
+  };
 }
 
 }  // namespace mk::cli

@@ -363,8 +363,8 @@ int run(int argc, char** argv) {
   app.add_option("-n,--n-predict", params.max_tokens, "tokens per reply at most (-1: until the end of the turn)")
       ->capture_default_str()->check(mk::cli::int_range(-1, kMaxInt));
   app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(mk::cli::int_range(1, kMaxInt));
-  mk::Quantize quantize = mk::Quantize::None;
-  mk::cli::add_quantize_option(app, quantize);
+  mk::LoadOptions load;
+  mk::cli::add_quantize_options(app, load);
   app.add_option("--temp", params.sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", params.sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", params.sampling.top_p, "top-p (1: off)")->capture_default_str();
@@ -388,10 +388,9 @@ int run(int argc, char** argv) {
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
   options.context = context;
-  options.quantize = quantize;
+  options.load = load;
   options.on_upload_progress = print_progress;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
-  options.on_quantize_progress = mk::cli::print_quantize_progress;
   auto engine = mk::Engine::open(model_dir, options);
   if (engine->on_gpu())
     fmt::print(stderr, "backend: {}\n", engine->backend_name());

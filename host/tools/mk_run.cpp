@@ -87,8 +87,8 @@ int run(int argc, char** argv) {
   app.add_option("--min-p", sampling.min_p, "min-p")->capture_default_str();
   app.add_option("--seed", sampling.seed, "sampling seed")->capture_default_str();
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
-  mk::Quantize quantize = mk::Quantize::None;
-  mk::cli::add_quantize_option(app, quantize);
+  mk::LoadOptions load;
+  mk::cli::add_quantize_options(app, load);
   app.add_option("--workgroups", workgroups, "emulator: virtual workgroups")->capture_default_str()->check(mk::cli::int_range(1, 4096));
   app.add_flag("-q,--quiet", quiet, "print only the summary line");
   CLI11_PARSE(app, argc, argv);
@@ -110,10 +110,10 @@ int run(int argc, char** argv) {
   if (!preset.empty()) {
     if (!use_gpu) mk::fail("--preset needs a GPU ({}); use -m with a model directory to run on the emulator",
                            force_emulator ? "--emulator was given" : why_no_gpu);
-    model = mk::preset_model(preset, quantize == mk::Quantize::Fp8 ? mk::MatrixFormat::FP8 : mk::MatrixFormat::BF16);
+    model = mk::preset_model(preset, load);
   } else if (!model_dir.empty()) {
     fmt::print(stderr, "loading {}\n", model_dir);
-    model = mk::load_model(model_dir, mk::LoadOptions{quantize, mk::cli::print_quantize_progress});
+    model = mk::load_model(model_dir, load);
   } else {
     // The built-in default: a small synthetic Llama-style model, written once to a temp directory.
     synthetic_dir.path = mk::synthetic::make_temp_dir("builtin-model");
@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
     spec.hidden = 256, spec.intermediate = 512, spec.layers = 4, spec.heads = 8, spec.kv_heads = 2;
     spec.head_dim = 32, spec.vocab = 1024, spec.eos = {};
     mk::synthetic::write_tiny_model(synthetic_dir.path, spec);
-    model = mk::load_model(synthetic_dir.path, mk::LoadOptions{quantize, mk::cli::print_quantize_progress});
+    model = mk::load_model(synthetic_dir.path, load);
     fmt::print(stderr, "model: built-in synthetic Llama-style model ({} layers, hidden {}, vocab {}; random weights)\n",
                spec.layers, spec.hidden, spec.vocab);
   }

@@ -82,12 +82,14 @@ void expect_gpu_matches_emulator(const Model& model, GpuBackend& gpu, int contex
   std::printf("%s: %d tokens, last-step logits vs emulator: %s\n", what.c_str(), n, cmp.summary().c_str());
 }
 
-// dtype F8_E4M3: a bf16 checkpoint quantized to fp8 at load time, at widths of several 128-column scale
-// groups with a short last one (intermediate 336 = 2 x 128 + 80).
+// dtype F8_E4M3 / U4: a bf16 checkpoint quantized to fp8 / int4 at load time, at widths of several
+// 128-column scale groups with a short last one (intermediate 336 = 2 x 128 + 80 for fp8, 352 = 2 x 128
+// + 96 for int4, whose rows need multiples of 32); head16: the embedding and LM head kept in bf16.
 struct ArchCase {
   Arch arch;
   DType dtype;
   bool tied;
+  bool head16 = false;
 };
 
 // The tiny model of one architecture case, generating without EOS.
@@ -99,13 +101,14 @@ std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   spec.llama3_rope = spec.arch == Arch::Llama;
   spec.eos = {};
   if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
-  if (c.dtype != DType::F8_E4M3) return tiny(spec, tag);
+  if (c.dtype != DType::F8_E4M3 && c.dtype != DType::U4) return tiny(spec, tag);
   spec.dtype = DType::BF16;
-  spec.hidden = 256, spec.intermediate = 336, spec.head_dim = 64;
+  spec.hidden = 256, spec.intermediate = c.dtype == DType::U4 ? 352 : 336, spec.head_dim = 64;
   const auto dir = test::make_temp_dir(tag);
   test::write_tiny_model(dir, spec);
   LoadOptions load;
-  load.quantize = Quantize::Fp8;
+  load.quantize = c.dtype == DType::U4 ? Quantize::Int4 : Quantize::Fp8;
+  load.quantize_head = !c.head16;
   return load_model(dir, load);
 }
 
@@ -182,10 +185,12 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
                          ::testing::Values(ArchCase{Arch::Llama, DType::BF16, true}, ArchCase{Arch::Mistral, DType::F16, false},
                                            ArchCase{Arch::Qwen2, DType::BF16, true}, ArchCase{Arch::Qwen3, DType::BF16, false},
                                            ArchCase{Arch::Llama, DType::F32, false}, ArchCase{Arch::Llama, DType::F8_E4M3, true},
-                                           ArchCase{Arch::Qwen2, DType::F8_E4M3, false}, ArchCase{Arch::Qwen3, DType::F8_E4M3, false}),
+                                           ArchCase{Arch::Qwen2, DType::F8_E4M3, false}, ArchCase{Arch::Qwen3, DType::F8_E4M3, false, true},
+                                           ArchCase{Arch::Llama, DType::U4, true}, ArchCase{Arch::Qwen2, DType::U4, false, true},
+                                           ArchCase{Arch::Qwen3, DType::U4, false}),
                          [](const auto& test_info) {
-                           return std::string(arch_name(test_info.param.arch)) + "_" +
-                                  std::string(dtype_name(test_info.param.dtype));
+                           return std::string(arch_name(test_info.param.arch)) + "_" + std::string(dtype_name(test_info.param.dtype)) +
+                                  (test_info.param.head16 ? "_head16" : "");
                          });
 
 // 700 positions on `model` (context 800) for each attention path and engine configuration: splits (0:
