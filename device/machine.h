@@ -75,8 +75,8 @@ struct Machine {
     prologue();
     mark_prologue_end();
     if constexpr (kHead && matrix_format_quantized(kFormat)) {
-      if (s.format == MatrixFormat::F16) return gemv_rows<MatrixFormat::F16>(s, emit);
-      if (s.format == MatrixFormat::BF16) return gemv_rows<MatrixFormat::BF16>(s, emit);
+      if (p.dims.head_format == MatrixFormat::F16) return gemv_rows<MatrixFormat::F16>(s, emit);
+      if (p.dims.head_format == MatrixFormat::BF16) return gemv_rows<MatrixFormat::BF16>(s, emit);
     }
     gemv_rows<kFormat>(s, emit);
   }

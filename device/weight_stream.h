@@ -48,7 +48,6 @@ struct StreamState {
 struct GemvShape {
   uint64_t matrix[2];
   int parts, cols, row_bytes, rows_per_chunk;
-  MatrixFormat format;
   uint32_t begin, end;
 
   __device__ uint32_t rows() const { return end - begin; }
@@ -74,7 +73,6 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   s->matrix[1] = g.matrix[1];
   s->parts = g.parts;
   s->cols = g.cols;
-  s->format = g.format;
   s->row_bytes = matrix_row_bytes(g.format, g.cols);
   s->rows_per_chunk = p.stream_slots ? int(p.stream_slot_bytes) / (g.parts * s->row_bytes) : 1;
   s->begin = in.begin;

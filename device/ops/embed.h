@@ -14,7 +14,8 @@ struct EmbedOp : OpDefaults {
   __device__ static void run(MachineT& m, const Instr&) {
     const int32_t token = load_fresh(m.p.tokens + m.step);
     const int cols = m.p.dims.hidden;
-    const MatrixFormat f = m.p.dims.head_format;
+    // A constant in the 16-bit kernels (their head is in their format), so the decode folds there.
+    const MatrixFormat f = matrix_format_quantized(MachineT::kFormat) ? m.p.dims.head_format : MachineT::kFormat;
     const uint8_t* row = m.matrix(m.p.embed) + size_t(token) * size_t(matrix_row_bytes(f, cols));
     for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = matrix_row_element(f, row, cols, i);
   }
