@@ -11,7 +11,8 @@
    the embedding / LM head as stored, i.e. exactly the weights our kernel computes with. Relative L2 error of the logits at several
    positions must stay below 2e-2 (as for bf16), and the argmax must agree.
 5. Reported, not checked: the difference from transformers' own fp8 forward, which also quantizes the
-   activations.
+   activations; where its kernels cannot run, from its FP8Linear's arithmetic emulated in torch
+   (activations quantized per token and 128 columns, as its act_quant does).
     python3 scripts/gpu_check_fp8_checkpoint.py BUILD_BIN_DIR OUTDIR
 """
 import json
@@ -54,6 +55,49 @@ def dequantized_reference(model_cls, fp8_dir, bf16_dir):
     return ref, quantized
 
 
+def emulated_w8a8_logits(model, ids):
+    """transformers' fp8 forward where its triton kernels cannot run: every FP8Linear computes in torch
+    what its kernels compute, activations quantized per token and block_size[1] columns to e4m3 with scale
+    amax / 448 (as its act_quant), times the block-scaled fp8 weights, in fp32. Returns the logits and a
+    note naming what was emulated (and act_quant's own source, for the record)."""
+    import inspect
+    import transformers.integrations.finegrained_fp8 as f8
+    source = ""
+    for name in ("act_quant", "fp8_act_quant"):
+        if hasattr(f8, name):
+            try:
+                source = inspect.getsource(getattr(f8, name))
+            except (OSError, TypeError):
+                pass
+    linear_cls = getattr(f8, "FP8Linear")
+
+    def forward(self, x):
+        rows, cols = self.weight.shape
+        br, bc = tuple(getattr(self, "block_size", None) or (128, 128))
+        scale = self.weight_scale_inv.float().repeat_interleave(br, 0)[:rows].repeat_interleave(bc, 1)[:, :cols]
+        w = self.weight.float() * scale
+        x2 = x.reshape(-1, cols).float()
+        g = x2.view(x2.shape[0], cols // bc, bc)
+        amax = g.abs().amax(dim=2, keepdim=True).clamp(min=1e-10)
+        sx = amax / torch.full_like(amax, 448.0)
+        xq = ((g / sx).to(torch.float8_e4m3fn).float() * sx).view(x2.shape[0], cols)
+        y = xq @ w.t()
+        if getattr(self, "bias", None) is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype).view(*x.shape[:-1], rows)
+
+    original = linear_cls.forward
+    linear_cls.forward = forward
+    try:
+        with torch.no_grad():
+            logits = model(ids).logits[0].float()
+    finally:
+        linear_cls.forward = original
+    note = ("transformers' FP8Linear arithmetic emulated in torch (its kernels unavailable): activations per token "
+            "and 128 columns to e4m3, scale amax / 448; transformers' act_quant source: " + (source or "not found"))
+    return logits, note
+
+
 def main(bindir, outdir):
     os.makedirs(outdir, exist_ok=True)
     from transformers import FineGrainedFP8Config
@@ -89,6 +133,10 @@ def main(bindir, outdir):
     except Exception as e:  # noqa: BLE001
         hf_error = f"{type(e).__name__}: {e}"
         print("transformers' own fp8 forward failed:", hf_error, flush=True)
+    emulated_logits, emulated_note = None, None
+    if hf_logits is None:  # its FP8Linear's arithmetic in torch: activations quantized as its act_quant does
+        emulated_logits, emulated_note = emulated_w8a8_logits(hf_fp8, ids)
+        print(emulated_note, flush=True)
     del hf_fp8
     ref, quantized = dequantized_reference(model_cls, fp8_dir, bf16_dir)
     ref = ref.cuda().eval()
@@ -99,6 +147,10 @@ def main(bindir, outdir):
         o, r = torch.tensor(ol, device="cuda"), ref_logits[p]
         rel = float((o - r).norm() / r.norm())
         row = {"position": p, "rel_err_vs_dequantized_reference": rel, "argmax_same": int(o.argmax()) == int(r.argmax())}
+        if emulated_logits is not None:
+            h = emulated_logits[p]
+            row["rel_err_vs_w8a8_emulated"] = float((o - h).norm() / h.norm())
+            row["w8a8_emulated_vs_reference"] = float((h - r).norm() / r.norm())
         if hf_logits is not None:
             h = hf_logits[p]
             row["rel_err_vs_transformers_fp8"] = float((o - h).norm() / h.norm())
@@ -106,7 +158,7 @@ def main(bindir, outdir):
         rows.append(row)
         ok &= rel < 2e-2 and int(o.argmax()) == int(r.argmax())
     result = {"case": CASE, "quantization_config": qconfig, "fp8_matrices_in_checkpoint": quantized, "logits": rows,
-              "transformers_fp8_forward_error": hf_error,
+              "transformers_fp8_forward_error": hf_error, "w8a8_emulation": emulated_note,
               "device": ours["device"], "pass": bool(ok)}
     with open(os.path.join(outdir, "fp8_checkpoint.json"), "w") as f:
         json.dump(result, f, indent=1)
