@@ -19,6 +19,7 @@
 #include "runtime/quantize.h"
 #include "runtime/reference.h"
 #include "runtime/safetensors.h"
+#include "tests/helpers/checkpoint_dir.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
@@ -102,35 +103,15 @@ Fp8Matrix quantize(const test::TensorBytes& t, int64_t block_rows, int64_t block
   return m;
 }
 
-bool is_linear_weight(const std::string& name) {
-  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-    if (name.find(std::string(m) + ".weight") != std::string::npos) return true;
-  return false;
-}
-
-std::string module_of(const std::string& weight) {
-  return weight.substr(0, weight.size() - std::string(".weight").size());
-}
+using test::is_linear_weight;
+using test::module_of;
 
 // A tiny model directory in one fp8 form, with what this file wrote into it.
-struct Checkpoint {
-  fs::path dir;
+struct Checkpoint : test::CheckpointDir {
   Form form = Form::Block128;
-  std::vector<test::TensorBytes> tensors;             // as written
   std::map<std::string, Fp8Matrix> fp8;               // by weight name
   std::map<std::string, test::TensorBytes> original;  // the bf16 matrices before quantization, by name
-  // Removes the directory when the last copy goes.
-  std::shared_ptr<const fs::path> cleanup;
 
-  test::TensorBytes& tensor(const std::string& name) {
-    for (auto& t : tensors)
-      if (t.name == name) return t;
-    throw std::runtime_error("no tensor " + name);
-  }
-  void erase(const std::string& name) {
-    tensors.erase(std::remove_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.name == name; }),
-                  tensors.end());
-  }
   // The scales go to a second shard in the FineGrainedFP8 forms: a scale need not sit beside its weight.
   void write() const {
     fs::remove(dir / "model.safetensors");
@@ -150,17 +131,6 @@ struct Checkpoint {
       test::write_safetensors(dir / fmt::format("model-{:05d}-of-00002.safetensors", k + 1), shard[k]);
     std::ofstream(dir / "model.safetensors.index.json")
         << json{{"metadata", json::object()}, {"weight_map", weight_map}}.dump();
-  }
-  json config() const { return json::parse(std::ifstream(dir / "config.json")); }
-  void set_config(const json& j) const { std::ofstream(dir / "config.json") << j.dump(2); }
-  void set_quantization_config(const json& q) const {
-    json j = config();
-    j["quantization_config"] = q;
-    set_config(j);
-  }
-  std::unique_ptr<Model> load(const LoadOptions& options = {}) const { return load_model(dir, options); }
-  std::string load_error() const {
-    return error_of([&] { load(); });
   }
 };
 
@@ -192,12 +162,7 @@ json compressed_tensors_config(const std::string& strategy) {
 Checkpoint make_checkpoint(Form form, const std::string& tag) {
   Checkpoint ck;
   ck.form = form;
-  ck.dir = test::make_temp_dir(tag);
-  ck.cleanup = std::shared_ptr<const fs::path>(new fs::path(ck.dir), [](const fs::path* p) {
-    std::error_code ec;
-    fs::remove_all(*p, ec);
-    delete p;
-  });
+  ck.make_dir(tag);
   ck.tensors = test::write_tiny_model(ck.dir, fp8_spec());
   std::vector<test::TensorBytes> extra;
   for (test::TensorBytes& t : ck.tensors) {

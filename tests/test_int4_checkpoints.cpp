@@ -21,6 +21,7 @@
 #include "runtime/model.h"
 #include "runtime/quantize.h"
 #include "runtime/reference.h"
+#include "tests/helpers/checkpoint_dir.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
@@ -173,46 +174,14 @@ struct Int4Matrix {
   }
 };
 
-bool is_linear_weight(const std::string& name) {
-  for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
-    if (name.find(std::string(m) + ".weight") != std::string::npos) return true;
-  return false;
-}
+using test::is_linear_weight;
+using test::module_of;
 
-std::string module_of(const std::string& weight) {
-  return weight.substr(0, weight.size() - std::string(".weight").size());
-}
-
-struct Checkpoint {
-  fs::path dir;
+struct Checkpoint : test::CheckpointDir {
   Form form = Form::Awq;
-  std::vector<test::TensorBytes> tensors;   // as written
-  std::map<std::string, Int4Matrix> int4;   // by module name
-  std::shared_ptr<const fs::path> cleanup;  // removes the directory when the last copy goes
+  std::map<std::string, Int4Matrix> int4;  // by module name
 
-  test::TensorBytes& tensor(const std::string& name) {
-    for (auto& t : tensors)
-      if (t.name == name) return t;
-    throw std::runtime_error("no tensor " + name);
-  }
-  void erase(const std::string& name) {
-    tensors.erase(std::remove_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.name == name; }),
-                  tensors.end());
-  }
   void write() const { test::write_safetensors(dir / "model.safetensors", tensors); }
-  json config() const { return json::parse(std::ifstream(dir / "config.json")); }
-  void set_config(const json& j) const { std::ofstream(dir / "config.json") << j.dump(2); }
-  json quantization_config() const { return config()["quantization_config"]; }
-  void set_quantization_config(const json& q) const {
-    json j = config();
-    j["quantization_config"] = q;
-    set_config(j);
-  }
-  std::unique_ptr<Model> load() const { return load_model(dir); }
-  std::string load_error() const {
-    return error_of([&] { load(); });
-  }
-  std::string file() const { return (dir / "model.safetensors").string(); }
 };
 
 json awq_config(int group_size) {
@@ -241,12 +210,7 @@ Checkpoint make_checkpoint(Form form, const std::string& tag, const test::TinyMo
   const FormInfo f = form_info(form);
   Checkpoint ck;
   ck.form = form;
-  ck.dir = test::make_temp_dir(tag);
-  ck.cleanup = std::shared_ptr<const fs::path>(new fs::path(ck.dir), [](const fs::path* p) {
-    std::error_code ec;
-    fs::remove_all(*p, ec);
-    delete p;
-  });
+  ck.make_dir(tag);
   const std::vector<test::TensorBytes> written = test::write_tiny_model(ck.dir, spec);
   std::mt19937 rng(1234u + unsigned(form));
   std::uniform_int_distribution<int> code(0, 15);
