@@ -13,6 +13,7 @@
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
+#include "runtime/quantize.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
 
@@ -84,12 +85,14 @@ void expect_gpu_matches_emulator(const Model& model, GpuBackend& gpu, int contex
 
 // dtype F8_E4M3 / U4: a bf16 checkpoint quantized to fp8 / int4 at load time, at widths of several
 // 128-column scale groups with a short last one (intermediate 336 = 2 x 128 + 80 for fp8, 352 = 2 x 128
-// + 96 for int4, whose rows need multiples of 32); head16: the embedding and LM head kept in bf16.
+// + 96 for int4, whose rows need multiples of 32); head16: the embedding and LM head kept in 16 bits,
+// bf16, or fp16 when the checkpoint is fp16 (`fp16`).
 struct ArchCase {
   Arch arch;
   DType dtype;
   bool tied;
   bool head16 = false;
+  bool fp16 = false;
 };
 
 // The tiny model of one architecture case, generating without EOS.
@@ -102,7 +105,7 @@ std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   spec.eos = {};
   if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
   if (c.dtype != DType::F8_E4M3 && c.dtype != DType::U4) return tiny(spec, tag);
-  spec.dtype = DType::BF16;
+  spec.dtype = c.fp16 ? DType::F16 : DType::BF16;
   spec.hidden = 256, spec.intermediate = c.dtype == DType::U4 ? 352 : 336, spec.head_dim = 64;
   const auto dir = test::make_temp_dir(tag);
   test::write_tiny_model(dir, spec);
@@ -116,6 +119,10 @@ class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
 
 TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
   auto model = tiny_of(GetParam(), "gpu-emu");
+  if (GetParam().head16) {  // the case runs the 16-bit head body inside the quantized kernel
+    ASSERT_NE(matrix_format_for(*model), head_format_for(*model));
+    ASSERT_EQ(head_format_for(*model), GetParam().fp16 ? MatrixFormat::F16 : MatrixFormat::BF16);
+  }
   GpuOptions gopt;
   gopt.context = 256;
   auto gpu = create_gpu_backend(*model, gopt);
@@ -187,10 +194,12 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
                                            ArchCase{Arch::Llama, DType::F32, false}, ArchCase{Arch::Llama, DType::F8_E4M3, true},
                                            ArchCase{Arch::Qwen2, DType::F8_E4M3, false}, ArchCase{Arch::Qwen3, DType::F8_E4M3, false, true},
                                            ArchCase{Arch::Llama, DType::U4, true}, ArchCase{Arch::Qwen2, DType::U4, false, true},
-                                           ArchCase{Arch::Qwen3, DType::U4, false}),
+                                           ArchCase{Arch::Qwen3, DType::U4, false}, ArchCase{Arch::Mistral, DType::U4, false, true, true},
+                                           ArchCase{Arch::Mistral, DType::F8_E4M3, false, true, true}),
                          [](const auto& test_info) {
-                           return std::string(arch_name(test_info.param.arch)) + "_" + std::string(dtype_name(test_info.param.dtype)) +
-                                  (test_info.param.head16 ? "_head16" : "");
+                           const ArchCase& c = test_info.param;
+                           return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) +
+                                  (c.head16 ? (c.fp16 ? "_head_fp16" : "_head16") : "");
                          });
 
 // 700 positions on `model` (context 800) for each attention path and engine configuration: splits (0:
