@@ -7,9 +7,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "device/measure/bandwidth.h"
@@ -18,6 +21,7 @@
 #include "host/tools/cli_checks.h"
 #include "host/tools/tool_main.h"
 #include "runtime/error.h"
+#include "runtime/limits.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
 #include "runtime/weight_layout.h"
@@ -39,6 +43,31 @@ struct DepthResult {
   std::vector<uint32_t> workgroup_unit;
   std::vector<mk::GpuRunProfile::TracePoint> trace;  // --trace: the traced step of the last repetition
 };
+
+// Time to first token for one prompt length: a fresh session fed `length` tokens, then one sampled.
+struct PromptResult {
+  int length = 0;
+  std::vector<double> ttft_ms;  // one per repetition
+  double median_ms = 0;
+};
+
+// Comma-separated whole numbers in [min, max] given to `option`; an error naming the option and the
+// value otherwise.
+std::vector<int> parse_int_list(const std::string& text, const std::string& option, long long min, long long max) {
+  std::vector<int> out;
+  for (size_t at = 0; at <= text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    long long v = 0;
+    const auto [stop, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || stop != item.data() + item.size() || v < min || v > max)
+      mk::fail("{} {}: '{}' is not a whole number from {} to {}", option, text, item, min, max);
+    out.push_back(int(v));
+    at = end + 1;
+  }
+  return out;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -151,6 +180,10 @@ int run(int argc, char** argv) {
   mk::LoadOptions load;
   mk::cli::add_quantize_options(app, load);
   app.add_option("--depths", depths_text, "context depths, comma-separated")->capture_default_str();
+  std::string prompts_text;
+  app.add_option("--prompts", prompts_text,
+                 "also time the first token after prompts of these lengths (comma-separated; each from an empty "
+                 "context): ttft_ms and prompt tokens/s");
   app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(mk::cli::int_range(2, 100000));
   app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(mk::cli::int_range(1, 1000));
   app.add_flag("--profile", profile, "per-instruction time breakdown (globaltimer per instruction)");
@@ -196,14 +229,10 @@ int run(int argc, char** argv) {
     if (trace_step >= tokens) mk::fail("--trace {}: each launch runs {} steps (-n), so at most step {}", trace_step, tokens, tokens - 1);
   }
 
-  std::vector<int> depths;
-  for (size_t at = 0; at < depths_text.size();) {
-    size_t end = depths_text.find(',', at);
-    if (end == std::string::npos) end = depths_text.size();
-    depths.push_back(std::stoi(depths_text.substr(at, end - at)));
-    at = end + 1;
-  }
+  const std::vector<int> depths = parse_int_list(depths_text, "--depths", 0, mk::limits::kMaxPositions);
+  const std::vector<int> prompts = prompts_text.empty() ? std::vector<int>{} : parse_int_list(prompts_text, "--prompts", 1, mk::limits::kMaxPositions);
   const int max_depth = *std::max_element(depths.begin(), depths.end());
+  const int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
 
   std::string why;
   if (!mk::gpu_available(&why)) mk::fail("mk-bench needs a GPU; none is usable here: {}", why);
@@ -211,7 +240,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<mk::Model> model =
       model_dir.empty() ? mk::preset_model(preset, load) : mk::load_model(model_dir, load);
   mk::GpuOptions opt;
-  opt.context = max_depth + tokens + 1;
+  opt.context = std::max(max_depth + tokens + 1, max_prompt + 2);
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
   opt.profile = profile;
   opt.trace_step = trace_step;
@@ -289,6 +318,32 @@ int run(int argc, char** argv) {
     results.push_back(r);
   }
 
+  // Time to first token: the wall time from the request to the first token's callback, as a caller sees
+  // it (launch included).
+  std::vector<PromptResult> prompt_results;
+  for (int length : prompts) {
+    PromptResult r;
+    r.length = length;
+    std::mt19937 rng(7u + unsigned(length));
+    std::uniform_int_distribution<int32_t> id(3, model->config.vocab_size - 1);
+    mk::GenerateRequest req;
+    for (int i = 0; i < length; ++i) req.input.push_back(id(rng));
+    req.max_new_tokens = 1;
+    req.sampling.temperature = 0;
+    for (int rep = 0; rep < reps + 1; ++rep) {  // repetition 0 warms up
+      gpu->reset();
+      const auto t0 = std::chrono::steady_clock::now();
+      double first_ms = -1;
+      gpu->generate(req, [&](int32_t) {
+        if (first_ms < 0) first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      });
+      if (first_ms < 0) mk::fail("--prompts {}: no token came back", length);
+      if (rep > 0) r.ttft_ms.push_back(first_ms);
+    }
+    r.median_ms = median(r.ttft_ms);
+    prompt_results.push_back(r);
+  }
+
   const std::string model_name = model_dir.empty() ? "preset " + preset + " (random weights)" : model_dir;
   if (json) {
     nlohmann::json j;
@@ -315,6 +370,9 @@ int run(int argc, char** argv) {
                                                       {"signal", r.signal_us[size_t(op)]}};
       j["depths"].push_back(d);
     }
+    for (const auto& r : prompt_results)
+      j["prompts"].push_back({{"length", r.length}, {"ttft_ms", r.median_ms}, {"ttft_all_ms", r.ttft_ms},
+                              {"prompt_tok_per_s", r.length / (r.median_ms * 1e-3)}});
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -336,6 +394,11 @@ int run(int argc, char** argv) {
     fmt::print("{:>7} {:>9.4f} [{:.4f}, {:.4f}] {:>9.1f} {:>12.1f} {:>9.0f} {:>7.1f}% {:>7.1f}%\n", r.depth, r.median_ms, r.min_ms,
                r.max_ms, 1e3 / r.median_ms, r.bytes_per_token / 1e6, gbps, 100 * gbps / ceilings.read_gbps,
                100 * gbps / ceilings.copy_gbps);
+  }
+  if (!prompt_results.empty()) {
+    fmt::print("\ntime to first token (a prompt of random ids from an empty context, then one token; median of {}):\n", reps);
+    fmt::print("{:>7} {:>12} {:>16}\n", "prompt", "ttft ms", "prompt tok/s");
+    for (const auto& r : prompt_results) fmt::print("{:>7} {:>12.2f} {:>16.0f}\n", r.length, r.median_ms, r.length / (r.median_ms * 1e-3));
   }
   if (profile) {
     fmt::print("\nper-instruction time per token, averaged over workgroups (us): exec / waiting on counters;\n"

@@ -6,6 +6,11 @@ a real Llama shape. Prints ms/token at a given context depth, as JSON on the las
     python3 bench/pytorch_peer.py --preset llama-3.2-1b --depth 1024 --tokens 128 --reps 3
 
 Like gpt-fast, attention runs over the whole static cache with a mask (max_seq = depth + tokens).
+
+With --prompts L1,L2,... it times prefill instead (issue 14's peer): the same model's bf16 forward over a
+prompt of L tokens from position 0, attention by SDPA with is_causal (flash attention), the K/V written
+to the cache, logits only at the last position; eager mode, one warm-up per length. Prints the time to
+the first token per length.
 """
 import argparse
 import json
@@ -51,14 +56,18 @@ class Block(nn.Module):
         self.register_buffer("v_cache", torch.zeros(1, nkv, max_seq, hd, dtype=torch.bfloat16))
 
     def forward(self, x, pos, cos, sin, mask):
+        n = x.shape[1]  # 1 when decoding; the prompt's length in a prefill (mask None: causal over it)
         q, k, v = self.wqkv(self.n1(x)).split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd], dim=-1)
-        q = rope(q.view(1, 1, self.nh, self.hd).transpose(1, 2), cos, sin)
-        k = rope(k.view(1, 1, self.nkv, self.hd).transpose(1, 2), cos, sin)
-        v = v.view(1, 1, self.nkv, self.hd).transpose(1, 2)
+        q = rope(q.view(1, n, self.nh, self.hd).transpose(1, 2), cos, sin)
+        k = rope(k.view(1, n, self.nkv, self.hd).transpose(1, 2), cos, sin)
+        v = v.view(1, n, self.nkv, self.hd).transpose(1, 2)
         self.k_cache.index_copy_(2, pos, k)
         self.v_cache.index_copy_(2, pos, v)
-        y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask, enable_gqa=True)
-        x = x + self.wo(y.transpose(1, 2).reshape(1, 1, -1))
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:
+            y = F.scaled_dot_product_attention(q, self.k_cache, self.v_cache, attn_mask=mask, enable_gqa=True)
+        x = x + self.wo(y.transpose(1, 2).reshape(1, n, -1))
         g, u = self.w13(self.n2(x)).chunk(2, dim=-1)
         return x + self.w2(F.silu(g) * u)
 
@@ -86,6 +95,16 @@ class Model(nn.Module):
             x = b(x, pos, cos, sin, mask)
         return self.out(self.norm(x)).argmax(-1).view(1)
 
+    def prefill(self, tokens):
+        """The prompt `tokens` [n] from position 0: fills the caches, returns the first generated token."""
+        n = tokens.shape[0]
+        pos = torch.arange(n, device=tokens.device)
+        x = self.embed(tokens).view(1, n, -1)
+        cos, sin = self.cos[:n], self.sin[:n]
+        for b in self.blocks:
+            x = b(x, pos, cos, sin, None)
+        return self.out(self.norm(x[:, -1:])).argmax(-1).view(1)
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -93,8 +112,11 @@ def main():
     ap.add_argument("--depth", type=int, default=1024)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--prompts", default="", help="prompt lengths, comma-separated: time prefill instead")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.prompts:
+        return time_prefill(args, [int(n) for n in args.prompts.split(",")])
     max_seq = args.depth + args.tokens + 1
     with torch.device("cuda"):
         model = Model(args.preset, max_seq).to(torch.bfloat16).eval()
@@ -128,6 +150,33 @@ def main():
                       "torch": torch.__version__, "device": torch.cuda.get_device_name(), "preset": args.preset,
                       "depth": args.depth, "tokens": args.tokens, "ms_per_token": results,
                       "median_ms": results[len(results) // 2], "compile_seconds": compile_s}))
+
+
+def time_prefill(args, lengths):
+    with torch.device("cuda"):
+        model = Model(args.preset, max(lengths) + 1).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.02, 0.02)
+    vocab = PRESETS[args.preset][6]
+    rows = []
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.no_grad():
+        for n in lengths:
+            tokens = torch.randint(3, vocab, (n,), device="cuda")
+            model.prefill(tokens)  # warm-up: kernels chosen, memory allocated
+            times = []
+            for _ in range(args.reps):
+                start.record()
+                model.prefill(tokens)
+                stop.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(stop))
+            times.sort()
+            ttft = times[len(times) // 2]
+            rows.append({"length": n, "ttft_ms": ttft, "ttft_all_ms": times, "prompt_tok_per_s": n / ttft * 1e3})
+    print(json.dumps({"peer": "pytorch eager bf16 prefill (SDPA is_causal)", "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(), "preset": args.preset, "prompts": rows}))
 
 
 if __name__ == "__main__":
