@@ -17,6 +17,7 @@
 #include "runtime/presets.h"
 #include "runtime/quantize.h"
 #include "runtime/reference.h"
+#include "tests/helpers/emulator_vs_reference.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
@@ -40,27 +41,7 @@ GenerateResult greedy(Emulator& emu, std::vector<int32_t> prompt, int n) {
   return emu.generate(req, {});
 }
 
-// Teacher-forces the reference with the emulator's own tokens and compares every step's logits.
-void expect_matches_reference(const Model& model, const std::vector<int32_t>& prompt, const EmulatorOptions& opt, int n) {
-  Emulator emu(model, opt);
-  auto result = greedy(emu, prompt, n);
-  ASSERT_EQ(int(result.tokens.size()), n) << stop_reason_name(result.stop);
-  ASSERT_EQ(int(emu.recorded_logits().size()), n);
-
-  ReferenceModel ref(model, opt.context);
-  std::vector<float> ref_logits;
-  for (int32_t t : prompt) ref_logits = ref.forward(t);
-  for (int i = 0; i < n; ++i) {
-    const auto cmp = test::compare_logits(ref_logits, emu.recorded_logits()[size_t(i)]);
-    EXPECT_LT(cmp.relative_error, 2e-2) << "step " << i << ": " << cmp.summary();
-    // Same greedy token unless the reference's top two are within the tolerance (then say so).
-    if (cmp.reference_margin > 1e-2 * cmp.reference_scale)
-      EXPECT_EQ(result.tokens[size_t(i)], cmp.reference_argmax) << "step " << i << ": " << cmp.summary();
-    else
-      std::printf("note: step %d: reference top-2 logits within rounding (%s)\n", i, cmp.summary().c_str());
-    ref_logits = ref.forward(result.tokens[size_t(i)]);
-  }
-}
+using test::expect_emulator_matches_reference;
 
 struct ArchCase {
   Arch arch;
@@ -85,7 +66,7 @@ TEST_P(EmulatorVsReference, LogitsAndGreedyTokensMatch) {
   opt.num_workgroups = 13;
   opt.context = 64;
   opt.record_logits = true;
-  expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 24);
+  expect_emulator_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 24);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -130,7 +111,7 @@ TEST_P(EmulatorQuantized, MatchesTheReferenceOnTheDequantizedWeights) {
     opt.num_workgroups = 11;
     opt.context = 48;
     opt.record_logits = true;
-    expect_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
+    expect_emulator_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
   }
 }
 
@@ -158,7 +139,7 @@ TEST(Emulator, GroupedQueryRatiosAndWorkgroupCounts) {
       opt.context = 40;
       opt.record_logits = true;
       opt.check_dependencies = wgs <= 132;  // keep the test fast
-      expect_matches_reference(*model, {3, 4}, opt, 8);
+      expect_emulator_matches_reference(*model, {3, 4}, opt, 8);
     }
   }
 }
@@ -178,7 +159,7 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   EXPECT_EQ(active_attention_splits(300, 8), 3);
   std::vector<int32_t> prompt(300);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
-  expect_matches_reference(*model, prompt, opt, 12);
+  expect_emulator_matches_reference(*model, prompt, opt, 12);
 }
 
 TEST(Schedule, StageBarrierScheduleMakesAttentionWaitForEveryGroup) {

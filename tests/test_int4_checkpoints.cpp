@@ -22,6 +22,7 @@
 #include "runtime/quantize.h"
 #include "runtime/reference.h"
 #include "tests/helpers/checkpoint_dir.h"
+#include "tests/helpers/emulator_vs_reference.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
@@ -345,27 +346,7 @@ TEST_P(Int4Checkpoint, EmulatorMatchesTheReference) {
   opt.num_workgroups = 11;
   opt.context = 48;
   opt.record_logits = true;
-  const std::vector<int32_t> prompt = {1, 5, 9, 33, 7};
-  const int n = 16;
-  Emulator emu(*model, opt);
-  GenerateRequest req;
-  req.input = prompt;
-  req.max_new_tokens = n;
-  const GenerateResult result = emu.generate(req, {});
-  ASSERT_EQ(int(result.tokens.size()), n) << stop_reason_name(result.stop);
-  ReferenceModel ref(*model, opt.context);
-  std::vector<float> ref_logits;
-  for (int32_t t : prompt) ref_logits = ref.forward(t);
-  for (int i = 0; i < n; ++i) {
-    const auto cmp = test::compare_logits(ref_logits, emu.recorded_logits()[size_t(i)]);
-    EXPECT_LT(cmp.relative_error, 2e-2) << "step " << i << ": " << cmp.summary();
-    // The same greedy token unless the reference's top two are within the tolerance (the reference is
-    // fed the emulator's tokens, so the two stay on one sequence).
-    if (cmp.reference_margin > 1e-2 * cmp.reference_scale) {
-      EXPECT_EQ(result.tokens[size_t(i)], cmp.reference_argmax) << "step " << i << ": " << cmp.summary();
-    }
-    ref_logits = ref.forward(result.tokens[size_t(i)]);
-  }
+  test::expect_emulator_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, Int4Checkpoint,
