@@ -23,8 +23,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_check_real_shapes import SHAPES  # noqa: E402
-from hf_random_weights import randomize  # noqa: E402
+from gpu_check_real_shapes import random_model  # noqa: E402
 
 CASE = "llama-3.2-1b"
 POSITIONS = [0, 1, 100, 511]
@@ -101,11 +100,7 @@ def emulated_w8a8_logits(model, ids):
 def main(bindir, outdir):
     os.makedirs(outdir, exist_ok=True)
     from transformers import FineGrainedFP8Config
-    cfg_cls, model_cls, kw = SHAPES[CASE]
-    torch.manual_seed(1)
-    cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
-    model = model_cls(cfg).to(torch.bfloat16)
-    randomize(model, 1, gain=1.5)
+    cfg, model_cls, model = random_model(CASE, 1)
     bf16_dir, fp8_dir = "/tmp/mk_fp8_src_" + CASE, "/tmp/mk_fp8_hf_" + CASE
     model.save_pretrained(bf16_dir, safe_serialization=True)
     del model

@@ -25,8 +25,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_check_real_shapes import SHAPES  # noqa: E402
-from hf_random_weights import randomize  # noqa: E402
+from gpu_check_real_shapes import random_model  # noqa: E402
 from quantization_quality import GROUP, int4_fake_quant  # noqa: E402
 
 CASE = "llama-3.2-1b"
@@ -126,11 +125,7 @@ def reference_logits(model_cls, bf16_dir, ids, weight_of, dump):
 
 def main(bindir, outdir):
     os.makedirs(outdir, exist_ok=True)
-    cfg_cls, model_cls, kw = SHAPES[CASE]
-    torch.manual_seed(1)
-    cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
-    model = model_cls(cfg).to(torch.bfloat16)
-    randomize(model, 1, gain=1.5)
+    cfg, model_cls, model = random_model(CASE, 1)
     bf16_dir = "/tmp/mk_int4_src_" + CASE
     model.save_pretrained(bf16_dir, safe_serialization=True)
     codes = {}

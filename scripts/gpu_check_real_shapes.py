@@ -45,6 +45,17 @@ SHAPES = {
         rope_theta=1000000.0, attention_bias=False)),
 }
 POSITIONS = [0, 1, 100, 1000, 2047]
+
+
+def random_model(name, seed):
+    """The `name` shape in transformers, bf16, with seeded random weights scaled so that the
+    distributions are peaked: (config, model class, model)."""
+    cfg_cls, model_cls, kw = SHAPES[name]
+    torch.manual_seed(seed)
+    cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
+    model = model_cls(cfg).to(torch.bfloat16)
+    randomize(model, seed, gain=1.5)
+    return cfg, model_cls, model
 GREEDY = 32
 
 SHIPPED = "pystdlib-6m"
@@ -125,13 +136,10 @@ def main(bindir, outdir, cases):
     if unknown:
         raise SystemExit(f"unknown case(s) {unknown}; known: {list(SHAPES) + [SHIPPED]}")
     summary, ok = {}, True
-    for seed, (name, (cfg_cls, model_cls, kw)) in enumerate(SHAPES.items(), start=1):
+    for seed, name in enumerate(SHAPES, start=1):
         if cases and name not in cases:
             continue
-        torch.manual_seed(seed)
-        cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
-        model = model_cls(cfg).to(torch.bfloat16)
-        randomize(model, seed, gain=1.5)
+        cfg, model_cls, model = random_model(name, seed)
         d = os.path.join("/tmp", "mk_real_" + name)
         model.save_pretrained(d, safe_serialization=True)
         del model
