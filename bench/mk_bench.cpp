@@ -49,6 +49,10 @@ struct PromptResult {
   int length = 0;
   std::vector<double> ttft_ms;  // one per repetition
   double median_ms = 0;
+  int chunked_tokens = 0;       // of the prompt, run through chunk steps (prefill)
+  // With --profile: per op, the mean over workgroups of its exec and wait time in one launch (ms),
+  // averaged over the repetitions.
+  std::vector<double> exec_ms, wait_ms;
 };
 
 // Comma-separated whole numbers in [min, max] given to `option`; an error naming the option and the
@@ -184,6 +188,11 @@ int run(int argc, char** argv) {
   app.add_option("--prompts", prompts_text,
                  "also time the first token after prompts of these lengths (comma-separated; each from an empty "
                  "context): ttft_ms and prompt tokens/s");
+  int chunk_tokens = -1;
+  app.add_option("--chunk-tokens", chunk_tokens,
+                 "prompt tokens per chunk step (prefill; -1: the default, 0: prompts one token per step)")
+      ->capture_default_str()
+      ->check(mk::cli::int_range(-1, mk::limits::kMaxPositions));
   app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(mk::cli::int_range(2, 100000));
   app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(mk::cli::int_range(1, 1000));
   app.add_flag("--profile", profile, "per-instruction time breakdown (globaltimer per instruction)");
@@ -265,6 +274,7 @@ int run(int argc, char** argv) {
     }
   }
   opt.stage_barriers = stage_barriers;
+  opt.chunk_tokens = chunk_tokens;
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();
   const auto& cfg = model->config;
@@ -334,11 +344,21 @@ int run(int argc, char** argv) {
       gpu->reset();
       const auto t0 = std::chrono::steady_clock::now();
       double first_ms = -1;
-      gpu->generate(req, [&](int32_t) {
+      const auto result = gpu->generate(req, [&](int32_t) {
         if (first_ms < 0) first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       });
       if (first_ms < 0) mk::fail("--prompts {}: no token came back", length);
-      if (rep > 0) r.ttft_ms.push_back(first_ms);
+      if (rep == 0) continue;
+      r.ttft_ms.push_back(first_ms);
+      r.chunked_tokens = result.stats.chunked_tokens;
+      if (profile) {
+        const auto& p = gpu->profile();
+        r.exec_ms.resize(mk::kNumOps, 0.0), r.wait_ms.resize(mk::kNumOps, 0.0);
+        for (int op = 0; op < mk::kNumOps; ++op) {
+          r.exec_ms[size_t(op)] += p.exec_seconds[size_t(op)] * 1e3 / (double(p.num_workgroups) * reps);
+          r.wait_ms[size_t(op)] += p.wait_seconds[size_t(op)] * 1e3 / (double(p.num_workgroups) * reps);
+        }
+      }
     }
     r.median_ms = median(r.ttft_ms);
     prompt_results.push_back(r);
@@ -370,9 +390,17 @@ int run(int argc, char** argv) {
                                                       {"signal", r.signal_us[size_t(op)]}};
       j["depths"].push_back(d);
     }
-    for (const auto& r : prompt_results)
-      j["prompts"].push_back({{"length", r.length}, {"ttft_ms", r.median_ms}, {"ttft_all_ms", r.ttft_ms},
-                              {"prompt_tok_per_s", r.length / (r.median_ms * 1e-3)}});
+    j["chunk_tokens"] = gpu->schedule().chunk.tokens;
+    for (const auto& r : prompt_results) {
+      nlohmann::json pr = {{"length", r.length},
+                           {"ttft_ms", r.median_ms},
+                           {"ttft_all_ms", r.ttft_ms},
+                           {"prompt_tok_per_s", r.length / (r.median_ms * 1e-3)},
+                           {"chunked_tokens", r.chunked_tokens}};
+      for (size_t op = 0; op < r.exec_ms.size(); ++op)
+        if (r.exec_ms[op] > 0) pr["profile_ms"][mk::op_name(mk::Op(op))] = {{"exec", r.exec_ms[op]}, {"wait", r.wait_ms[op]}};
+      j["prompts"].push_back(pr);
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -398,7 +426,14 @@ int run(int argc, char** argv) {
   if (!prompt_results.empty()) {
     fmt::print("\ntime to first token (a prompt of random ids from an empty context, then one token; median of {}):\n", reps);
     fmt::print("{:>7} {:>12} {:>16}\n", "prompt", "ttft ms", "prompt tok/s");
-    for (const auto& r : prompt_results) fmt::print("{:>7} {:>12.2f} {:>16.0f}\n", r.length, r.median_ms, r.length / (r.median_ms * 1e-3));
+    for (const auto& r : prompt_results) {
+      fmt::print("{:>7} {:>12.2f} {:>16.0f}   ({} tokens in chunk steps)\n", r.length, r.median_ms, r.length / (r.median_ms * 1e-3),
+                 r.chunked_tokens);
+      for (size_t op = 0; op < r.exec_ms.size(); ++op)
+        if (r.exec_ms[op] > 0)
+          fmt::print("        {:<16} exec {:8.3f} ms  wait {:8.3f} ms (mean over workgroups)\n", mk::op_name(mk::Op(op)), r.exec_ms[op],
+                     r.wait_ms[op]);
+    }
   }
   if (profile) {
     fmt::print("\nper-instruction time per token, averaged over workgroups (us): exec / waiting on counters;\n"

@@ -134,7 +134,8 @@ class MonokernelBackend final : public GpuBackend {
     if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     layout_ = plan_weight_layout(model);
-    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains});
+    schedule_ = build_schedule(cfg_, ScheduleParams{info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
+                                                    plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)});
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
       fail("attention's warp path needs head_dim / 8 to be a power of two and query heads per kv head x head_dim "
@@ -158,11 +159,25 @@ class MonokernelBackend final : public GpuBackend {
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
     plan_weight_stream(size_t(max_smem));
+    // The chunk steps' kernel (prefill; device/monokernel.cu) and its shared memory: its ops' tiles.
+    chunk_smem_bytes_ = dev::chunk_smem_bytes(schedule_, dims());
+    if (chunk_smem_bytes_ > size_t(max_smem)) {
+      if (opt.chunk_tokens > 0)
+        fail("chunk steps (prefill) need {} bytes of shared memory per workgroup for this model; the GPU allows {}", chunk_smem_bytes_,
+             max_smem);
+      schedule_.chunk = ChunkSchedule{};  // prompts go one token per step here
+      chunk_smem_bytes_ = 0;
+    }
     // Attention's tile-path kernel now; the long-context one on the first launch that needs it (launch
     // below), so that sessions that never reach long contexts set up nothing more.
     kernel_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, false);
     kernel_long_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, true);
     prepare_kernel(kernel_);
+    if (schedule_.chunk.enabled()) {
+      chunk_kernel_ = dev::chunk_kernel_entry(layout_.format, opt.profile);
+      if (!chunk_kernel_) fail("internal: no chunk-step kernel for {} layers", matrix_format_name(layout_.format));
+      prepare_kernel(chunk_kernel_, chunk_smem_bytes_);
+    }
     check_memory_budget();
     allocate_and_upload();
   }
@@ -177,8 +192,13 @@ class MonokernelBackend final : public GpuBackend {
       MK_GPU_CHECK(hipMemcpy(instrs_.ptr, schedule_.instrs.data(), schedule_.instrs.size() * sizeof(Instr), hipMemcpyHostToDevice));
     }
     ++launches_;
-    const int max_steps = opt_.context - position_;
-    MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data(), input.size() * sizeof(int32_t), hipMemcpyHostToDevice));
+    // All prompt tokens but the last go through chunk steps when there are enough of them (as on the
+    // emulator); the last goes through token step 0, which samples the first reply token.
+    const int C = schedule_.chunk.tokens;
+    const int chunked = C > 0 && int(input.size()) - 1 >= kMinChunkedTokens ? int(input.size()) - 1 : 0;
+    if (chunked > 0)
+      MK_GPU_CHECK(hipMemcpy(chunk_tokens_.ptr, input.data(), size_t(chunked) * sizeof(int32_t), hipMemcpyHostToDevice));
+    MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data() + chunked, (input.size() - size_t(chunked)) * sizeof(int32_t), hipMemcpyHostToDevice));
     MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));
     MK_GPU_CHECK(hipMemset(stop_flag_.ptr, 0, stop_flag_.bytes));
     if (opt_.profile) MK_GPU_CHECK(hipMemset(profile_.ptr, 0, profile_.bytes));
@@ -187,10 +207,13 @@ class MonokernelBackend final : public GpuBackend {
     *cancel_flag() = 0;
 
     dev::KernelParams p = base_params_;
-    p.start = position_;
-    p.ingest = int(input.size());
+    p.chunk_start = position_;
+    p.chunk_count = chunked;
+    p.chunks = C > 0 ? (chunked + C - 1) / C : 0;
+    p.start = position_ + chunked;
+    p.ingest = int(input.size()) - chunked;
     p.max_new = req.max_new_tokens;
-    p.max_steps = max_steps;
+    p.max_steps = opt_.context - p.start;
     p.sampling = req.sampling;
 
     // The furthest sequence length this launch's attention can see: its last step's position + 1.
@@ -204,15 +227,21 @@ class MonokernelBackend final : public GpuBackend {
     GenerateResult result;
     const auto t0 = Clock::now();
     void* args[] = {&p};
+    // The chunk steps' kernel first, then the token steps' on the same stream: no return to the host
+    // between, and the kernel boundary orders token step 0 after every chunk step.
+    if (p.chunks > 0)
+      MK_GPU_CHECK(hipLaunchCooperativeKernel(chunk_kernel_, dim3(unsigned(schedule_.num_workgroups)), dim3(dev::kThreads), args,
+                                              chunk_smem_bytes_, stream_));
     MK_GPU_CHECK(hipLaunchCooperativeKernel(long_context ? kernel_long_ : kernel_, dim3(unsigned(schedule_.num_workgroups)),
                                             dim3(dev::kThreads), args, smem_bytes_, stream_));
     stream_tokens(result, on_token, t0);
     const auto* ch = channel();
     result.stop = StopReason(ch->stop_reason);
     const int steps = int(ch->steps_run);
-    position_ += steps;
+    position_ = p.start + steps;
     pending_ = result.tokens.empty() ? -1 : result.tokens.back();
     result.stats.ingested_tokens = int(input.size());
+    result.stats.chunked_tokens = chunked;
     result.stats.generated_tokens = int(result.tokens.size());
     result.stats.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     collect_profile(result);
@@ -264,7 +293,8 @@ class MonokernelBackend final : public GpuBackend {
     if (lost_) {  // the hung kernel still runs: freeing what it uses would wait for it forever
       for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
                               &qkv_, &att_o_, &att_ml_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
-                              &profile_, &workgroup_unit_, &trace_})
+                              &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &chunk_tokens_, &chunk_x_,
+                              &chunk_qkv_, &chunk_act_, &chunk_q_, &chunk_h_})
         b->abandon();
       channel_.abandon();
       return;
@@ -298,14 +328,15 @@ class MonokernelBackend final : public GpuBackend {
   dev::ModelDims dims() const { return dev::model_dims(cfg_, layout_, schedule_); }
 
   // Lets kernel `k` take the planned shared memory and checks that the persistent grid fits.
-  void prepare_kernel(const void* k) const {
-    MK_GPU_CHECK(hipFuncSetAttribute(k, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes_)));
+  void prepare_kernel(const void* k) const { prepare_kernel(k, smem_bytes_); }
+  void prepare_kernel(const void* k, size_t smem) const {
+    MK_GPU_CHECK(hipFuncSetAttribute(k, hipFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int per_sm = 0;
-    MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, dev::kThreads, smem_bytes_));
+    MK_GPU_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, dev::kThreads, smem));
     if (per_sm < 1)
       fail("the persistent grid cannot be co-resident: 0 workgroups of {} threads with {} bytes of shared memory fit on "
            "an SM",
-           dev::kThreads, smem_bytes_);
+           dev::kThreads, smem);
   }
 
   size_t kv_bytes() const { return dev::device_memory_need(cfg_, layout_, schedule_, opt_.context).kv_cache; }
@@ -315,9 +346,11 @@ class MonokernelBackend final : public GpuBackend {
     if (need.total() > info_.free_memory)
       throw OutOfMemoryError(fmt::format(
           "not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, "
-          "other {:.2f} GiB) but {:.2f} GiB is free; lower the context (-c)",
+          "chunk-step buffers for {} prompt tokens {:.2f} GiB, other {:.2f} GiB) but {:.2f} GiB is free; lower the context "
+          "(-c){}",
           info_.name, double(need.total()) / kGiB, double(need.weights) / kGiB, opt_.context, double(need.kv_cache) / kGiB,
-          double(need.other) / kGiB, double(info_.free_memory) / kGiB));
+          schedule_.chunk.tokens, double(need.chunk) / kGiB, double(need.other) / kGiB, double(info_.free_memory) / kGiB,
+          schedule_.chunk.enabled() ? " or the chunk size (--chunk-tokens)" : ""));
     // The host holds the RoPE table while uploading it, and the pinned token channel (tokens, times).
     const size_t rope = size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
     check_host_memory("the GPU backend", {{"RoPE table (uploaded from the host)", rope},
@@ -363,6 +396,18 @@ class MonokernelBackend final : public GpuBackend {
     k_cache_.allocate(kv_bytes() / 2, "the K cache");
     v_cache_.allocate(kv_bytes() / 2, "the V cache");
     tokens_.allocate((size_t(opt_.context) + 1) * sizeof(int32_t), "tokens");
+    const size_t act_cols = size_t(std::max(cfg_.hidden_size, cfg_.q_dim()));
+    if (schedule_.chunk.enabled()) {
+      const size_t C = size_t(schedule_.chunk.tokens);
+      upload(chunk_instrs_, schedule_.chunk.instrs, "the chunk-step schedule");
+      upload(chunk_wg_begin_, schedule_.chunk.wg_begin, "the chunk-step schedule");
+      chunk_tokens_.allocate(size_t(opt_.context) * sizeof(int32_t), "the prompt tokens of the chunk steps");
+      chunk_x_.allocate(C * H * 4, "the chunk steps' residual stream");
+      chunk_qkv_.allocate(C * size_t(layout_.qkv_rows) * 4, "the chunk steps' qkv");
+      chunk_act_.allocate(C * act_cols * 2, "the chunk steps' matrix inputs");
+      chunk_q_.allocate(C * size_t(cfg_.q_dim()) * 2, "the chunk steps' queries");
+      chunk_h_.allocate(C * size_t(cfg_.intermediate_size) * 2, "the chunk steps' MLP activations");
+    }
     profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
     workgroup_unit_.allocate(size_t(schedule_.num_workgroups) * sizeof(uint32_t), "profile counters");
     if (opt_.profile && opt_.trace_step >= 0) trace_.allocate(schedule_.instrs.size() * 4 * sizeof(unsigned long long), "the trace");
@@ -405,6 +450,19 @@ class MonokernelBackend final : public GpuBackend {
     p.rope = rope_.as<float>();
     p.tokens = tokens_.as<int32_t>();
     p.stop_flag = stop_flag_.as<uint32_t>();
+    p.chunk_instrs = chunk_instrs_.as<Instr>();
+    p.chunk_wg_begin = chunk_wg_begin_.as<uint32_t>();
+    p.chunk_first_line = schedule_.chunk.first_line;
+    p.chunk_final_counter = schedule_.chunk.final_counter;
+    p.chunk_final_per_step = schedule_.chunk.final_per_step;
+    p.chunk_size = schedule_.chunk.tokens;
+    p.chunk_act_cols = int(act_cols);
+    p.chunk_x = chunk_x_.as<float>();
+    p.chunk_qkv = chunk_qkv_.as<float>();
+    p.chunk_act = chunk_act_.as<uint16_t>();
+    p.chunk_q = chunk_q_.as<uint16_t>();
+    p.chunk_h = chunk_h_.as<uint16_t>();
+    p.chunk_tokens = chunk_tokens_.as<int32_t>();
     auto* dev_base = static_cast<uint8_t*>(channel_.device);
     p.channel = reinterpret_cast<dev::HostChannel*>(dev_base);
     p.out_tokens = reinterpret_cast<int32_t*>(dev_base + tokens_offset_);
@@ -498,6 +556,12 @@ class MonokernelBackend final : public GpuBackend {
     for (int w = 0; w < schedule_.num_workgroups; ++w) {
       const uint32_t step = progress()[2 * w], done = progress()[2 * w + 1];
       if (done == 0xffffffffu) continue;
+      if (step & dev::kProgressChunk) {
+        const uint32_t chunk = step & ~dev::kProgressChunk;
+        if (done == dev::kProgressPrefillGate) blocked.push_back({w, chunk, false, 0, false, true});
+        else blocked.push_back({w, chunk, false, schedule_.chunk.wg_begin[size_t(w)] + done, true, false});
+        continue;
+      }
       const uint32_t begin = schedule_.wg_begin[size_t(w)], end = schedule_.wg_begin[size_t(w) + 1];
       // Past its last instruction of `step`: waiting at the next step's gate.
       if (begin + done >= end) blocked.push_back({w, step + 1, true, 0});
@@ -583,12 +647,15 @@ class MonokernelBackend final : public GpuBackend {
   Schedule schedule_;
   const void* kernel_ = nullptr;       // attention's tile path
   const void* kernel_long_ = nullptr;  // attention's warp path (long contexts), prepared on first use
+  const void* chunk_kernel_ = nullptr;  // the chunk steps (prefill), when the schedule has them
+  size_t chunk_smem_bytes_ = 0;
   bool long_prepared_ = false;
   size_t smem_bytes_ = 0;
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
   DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
-      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_;
+      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, chunk_instrs_, chunk_wg_begin_,
+      chunk_tokens_, chunk_x_, chunk_qkv_, chunk_act_, chunk_q_, chunk_h_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};

@@ -183,6 +183,8 @@ struct HostChannel {
   // followed by: int32 tokens[max_tokens]; uint64 token_time_ns[max_tokens]; uint32 progress[workgroups]
 };
 
+inline constexpr uint32_t kProgressChunk = 0x80000000u, kProgressPrefillGate = 0xfffffffeu;
+
 struct KernelParams {
   // Schedule.
   const Instr* instrs;
@@ -217,7 +219,10 @@ struct KernelParams {
   HostChannel* channel;
   int32_t* out_tokens;
   unsigned long long* out_token_time_ns;
-  uint32_t* progress;     // per workgroup: (step << 16) | (instruction index + 1), 0xffffffff when done
+  // Per workgroup: the step and the instructions of it done (0xffffffff when the workgroup is done); in
+  // the chunk steps, kProgressChunk | chunk and the index of the instruction it is at (in its chunk-step
+  // list), or kProgressPrefillGate at the prefill gate.
+  uint32_t* progress;
   const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
   // Host sets non-zero to stop a hung launch: waits that have lasted past kAbortCheckAfterNs give up and
   // their workgroups leave the kernel (device/launch_abort.h).
@@ -241,6 +246,23 @@ struct KernelParams {
   SamplingParams sampling;
   int32_t eos[kMaxEosIds];
   int num_eos;
+  // Chunk steps (prefill; runtime/schedule.h's ChunkSchedule): their instruction lists and counters
+  // (chunk counter c is counter line chunk_first_line + c), and their buffers, chunk_size tokens each:
+  // the residual stream (fp32), the 16-bit input of the next matrix op (chunk_act_cols columns), qkv
+  // (fp32), the RoPE'd queries (bf16), the MLP activations (16-bit).
+  const Instr* chunk_instrs;
+  const uint32_t* chunk_wg_begin;
+  uint32_t chunk_first_line, chunk_final_counter, chunk_final_per_step;
+  int chunk_size, chunk_act_cols;
+  float* chunk_x;
+  float* chunk_qkv;
+  uint16_t* chunk_act;
+  uint16_t* chunk_q;
+  uint16_t* chunk_h;
+  // Per launch: the prompt tokens the chunk steps run (chunk_count of them, from position chunk_start,
+  // in `chunks` steps); token step 0 then runs at position `start`.
+  const int32_t* chunk_tokens;
+  int chunk_start, chunk_count, chunks;
 };
 
 }  // namespace mk::dev

@@ -19,6 +19,12 @@ size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
   return floats * sizeof(float);
 }
 
+size_t chunk_smem_bytes(const Schedule& schedule, const ModelDims& d) {
+  size_t floats = 0;
+  for (const Instr& in : schedule.chunk.instrs) floats = std::max(floats, op_smem_floats(in, d));
+  return floats * sizeof(float);
+}
+
 size_t longest_gemv_row_bytes(const ModelDims& d) {
   size_t longest = 0;
   for (int op = 0; op < kNumOps; ++op) {
@@ -60,6 +66,13 @@ MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, 
   const size_t state = size_t(4 * (size_t(c.hidden_size) + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
                               8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2));
   need.other = rope + state + slack;
+  if (schedule.chunk.enabled()) {
+    const size_t C = size_t(schedule.chunk.tokens), H = size_t(c.hidden_size), q_dim = size_t(c.q_dim());
+    const size_t floats = C * (H + size_t(layout.qkv_rows));
+    const size_t halves = C * (std::max(H, q_dim) + q_dim + size_t(c.intermediate_size));
+    const size_t lists = schedule.chunk.instrs.size() * sizeof(Instr) + size_t(context) * sizeof(int32_t);
+    need.chunk = floats * 4 + halves * 2 + lists;
+  }
   return need;
 }
 

@@ -20,6 +20,9 @@ ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Sch
 // Bytes of dynamic shared memory for the activation area: the most that any instruction's op needs.
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d);
 
+// Bytes of dynamic shared memory the chunk steps' instructions need (0 without chunk steps).
+size_t chunk_smem_bytes(const Schedule& schedule, const ModelDims& d);
+
 // The longest weight row a GEMV op streams, in bytes, all parts together (gate_up: a gate and an up row).
 size_t longest_gemv_row_bytes(const ModelDims& d);
 
@@ -41,10 +44,10 @@ struct StreamPlan {
 StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_t max_smem, size_t static_smem,
                               int requested_slots, int requested_slot_kib);
 
-// Device memory a model needs at a context, by part.
+// Device memory a model needs at a context, by part (chunk: the chunk steps' buffers).
 struct MemoryNeed {
-  size_t weights = 0, kv_cache = 0, other = 0;
-  size_t total() const { return weights + kv_cache + other; }
+  size_t weights = 0, kv_cache = 0, chunk = 0, other = 0;
+  size_t total() const { return weights + kv_cache + chunk + other; }
 };
 // `slack`: what the runtime itself takes besides the allocations.
 MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule, int context,

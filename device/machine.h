@@ -170,12 +170,14 @@ struct Machine {
   }
 
   // Before the instruction waits for its inputs (all threads): its op's loads that do not depend on them.
+  // Token steps hold only token-step ops (the chunk steps' run in ChunkMachine: device/chunk_steps.h).
   __device__ void prestage(const Instr& in) {
     switch (in.op) {
 #define MK_OP_PRESTAGE(E, name) \
   case Op::E: return E##Op::prestage(*this, in);
-      MK_FOR_EACH_OP(MK_OP_PRESTAGE)
+      MK_FOR_EACH_STEP_OP(MK_OP_PRESTAGE)
 #undef MK_OP_PRESTAGE
+      default: return;
     }
   }
 
@@ -183,8 +185,9 @@ struct Machine {
     switch (in.op) {
 #define MK_OP_RUN(E, name) \
   case Op::E: return E##Op::run(*this, in);
-      MK_FOR_EACH_OP(MK_OP_RUN)
+      MK_FOR_EACH_STEP_OP(MK_OP_RUN)
 #undef MK_OP_RUN
+      default: return;
     }
   }
 };

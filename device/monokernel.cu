@@ -2,6 +2,7 @@
 // token after token, until Sample stops the launch. Each instruction waits (acquire) on its counters,
 // runs (its op: device/ops/), and signals (release) its counter. Same semantics as host/emulator/, whose
 // ops (host/emulator/ops/) are the readable model of what each instruction computes.
+#include "device/counter_wait.h"
 #include "device/device_atomics.h"
 #include "device/gpu.h"
 #include "device/hw_unit.h"
@@ -17,19 +18,6 @@
 
 namespace mk::dev {
 namespace {
-
-__device__ __forceinline__ uint32_t wait_target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
-
-// Thread 0 spins until the counter reaches the target; false if it gave up instead (the host aborted a
-// hung launch, device/launch_abort.h).
-__device__ bool spin_until(const KernelParams& p, const unsigned* counter, uint32_t target) {
-  AbortableWait wait{p.abort};
-  while (load_acquire(counter) < target) {
-    spin_pause();
-    if (wait.give_up()) return false;
-  }
-  return true;
-}
 
 // Marks the instruction a workgroup gave up waiting for (Instr::num_waits is at most 2): every thread
 // reads the instruction after the barrier that follows the waits, so the mark costs no extra load.

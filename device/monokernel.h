@@ -12,4 +12,9 @@ namespace mk::dev {
 // attention_long_context in kernel_params.h says when).
 const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, bool grouped, bool long_context);
 
+// The chunk steps' kernel (prefill; launched just before the token steps' kernel, with the same grid
+// and shared memory) for the layers' format, with or without the profiling timers; null for the formats
+// that have no chunk steps (chunk_steps_supported).
+const void* chunk_kernel_entry(MatrixFormat format, bool profile);
+
 }  // namespace mk::dev

@@ -13,6 +13,14 @@
 #include <hip/hip_fp16.h>
 #endif
 
+// A kernel parameter whose address device functions may take without a copy to local memory (NVIDIA:
+// __grid_constant__; HIP has no such copy to avoid).
+#if defined(MK_PLATFORM_NVIDIA)
+#define MK_GRID_CONSTANT __grid_constant__
+#else
+#define MK_GRID_CONSTANT
+#endif
+
 namespace mk::dev {
 
 __device__ __forceinline__ int lane_id() { return int(threadIdx.x) % MK_WARP_SIZE; }

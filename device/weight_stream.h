@@ -65,7 +65,7 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
     if constexpr (!E##Op::kGemv) return false;                    \
     else g = E##Op::gemv(p.dims, p.layers[in.layer], p.lm_head); \
     break;
-    MK_FOR_EACH_OP(MK_OP_SHAPE)
+    MK_FOR_EACH_STEP_OP(MK_OP_SHAPE)
 #undef MK_OP_SHAPE
     default: return false;
   }

@@ -25,6 +25,7 @@ struct GenerateRequest {
 
 struct GenerateStats {
   int ingested_tokens = 0;    // tokens run through the model before the first sample (pending one included)
+  int chunked_tokens = 0;     // of them, those run through chunk steps (prefill); the rest one per step
   int generated_tokens = 0;
   double first_token_seconds = 0;  // from the call to the first sampled token
   double total_seconds = 0;

@@ -4,15 +4,32 @@
 //   host/emulator/ops/<name>.cpp   its CPU twin (emulate_<name>),
 //   runtime/schedule.cpp  where its instructions go in a step and what they wait for.
 // The kernel's dispatch, the weight stream, the host's shared-memory plan and the emulator's dispatch are
-// all generated from this list. The order is the canonical order of one step's stages.
+// all generated from these lists.
+//
+// Token-step ops run one token through the model per step; the order is the canonical order of a step's
+// stages.
 #pragma once
 
-#define MK_FOR_EACH_OP(X) \
-  X(Embed, embed)         \
-  X(QKV, qkv)             \
-  X(Attention, attention) \
-  X(OProj, o_proj)        \
-  X(GateUp, gate_up)      \
-  X(Down, down)           \
-  X(LMHead, lm_head)      \
+#define MK_FOR_EACH_STEP_OP(X) \
+  X(Embed, embed)              \
+  X(QKV, qkv)                  \
+  X(Attention, attention)      \
+  X(OProj, o_proj)             \
+  X(GateUp, gate_up)           \
+  X(Down, down)                \
+  X(LMHead, lm_head)           \
   X(Sample, sample)
+
+// Chunk-step ops run a chunk of prompt tokens through the layers at once (prefill): matrix multiplies on
+// tensor cores, causal attention over the cache. A chunk step's stages, in order, per layer: norm, qkv,
+// rope (the chunk's K/V into the cache), attention, o_proj, norm, gate_up, down.
+#define MK_FOR_EACH_CHUNK_OP(X)         \
+  X(ChunkNorm, chunk_norm)              \
+  X(ChunkQKV, chunk_qkv)                \
+  X(ChunkRope, chunk_rope)              \
+  X(ChunkAttention, chunk_attention)    \
+  X(ChunkOProj, chunk_o_proj)           \
+  X(ChunkGateUp, chunk_gate_up)         \
+  X(ChunkDown, chunk_down)
+
+#define MK_FOR_EACH_OP(X) MK_FOR_EACH_STEP_OP(X) MK_FOR_EACH_CHUNK_OP(X)

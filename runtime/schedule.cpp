@@ -26,7 +26,44 @@ std::vector<std::pair<uint32_t, uint32_t>> split_range(uint32_t total, uint32_t 
   return out;
 }
 
+int plan_chunk_tokens(int requested, int context) {
+  constexpr int kDefault = 1024;
+  if (requested < -1) fail("chunk tokens must be -1 (default), 0 (no chunk steps) or positive (got {})", requested);
+  if (requested == -1) return std::max(1, std::min(kDefault, context));
+  return std::min(requested, std::max(1, context));  // no chunk holds more tokens than the context
+}
+
+int plan_chunk_steps(const ModelConfig& c, MatrixFormat layers, int requested, int context) {
+  std::string why;
+  if (layers != MatrixFormat::BF16 && layers != MatrixFormat::F16)
+    why = fmt::format("the layers' weights are {} (chunk steps multiply 16-bit weights)", matrix_format_name(layers));
+  else if (c.hidden_size % 32 != 0 || c.q_dim() % 32 != 0 || c.intermediate_size % 32 != 0)
+    why = fmt::format("hidden_size {}, num_heads x head_dim {} and intermediate_size {} must be multiples of 32", c.hidden_size,
+                      c.q_dim(), c.intermediate_size);
+  else if (c.head_dim % 16 != 0 || c.head_dim > 128)
+    why = fmt::format("head_dim {} (chunk attention takes multiples of 16 up to 128)", c.head_dim);
+  if (why.empty()) return plan_chunk_tokens(requested, context);
+  if (requested > 0) fail("chunk steps (prefill) are not available for this model: {}", why);
+  return 0;
+}
+
 std::string Schedule::describe(const Instr& in) const {
+  const std::string layer_op = fmt::format("layer {} {}", in.layer, op_name(in.op));
+  switch (in.op) {
+    case Op::ChunkNorm:
+      return fmt::format("{} ({}) tokens [{}, {})", layer_op, in.slot == kAttentionNorm ? "attention norm" : "mlp norm", in.begin, in.end);
+    case Op::ChunkRope: return fmt::format("{} tokens [{}, {})", layer_op, in.begin, in.end);
+    case Op::ChunkAttention:
+      return fmt::format("{} (kv group {}) tokens [{}, {})", layer_op, in.begin, uint32_t(in.slot) * uint32_t(chunk.attention_tokens),
+                         uint32_t(in.slot + 1) * uint32_t(chunk.attention_tokens));
+    case Op::ChunkQKV:
+    case Op::ChunkOProj:
+    case Op::ChunkGateUp:
+    case Op::ChunkDown:
+      return fmt::format("{} tokens [{}, {}) columns [{}, {})", layer_op, uint32_t(in.slot) * kChunkMatrixTokens,
+                         uint32_t(in.slot + 1) * kChunkMatrixTokens, in.begin, in.end);
+    default: break;
+  }
   std::string where = (in.op == Op::Embed || in.op == Op::LMHead || in.op == Op::Sample)
                           ? std::string(op_name(in.op))
                           : fmt::format("layer {} {}", in.layer, op_name(in.op));
@@ -38,9 +75,11 @@ std::string Schedule::describe(const Instr& in) const {
   }
 }
 
-uint32_t Schedule::counter_lines() const {
+uint32_t Schedule::step_counter_lines() const {
   return first_striped_counter + (num_counters() - first_striped_counter) * uint32_t(sync_domains);
 }
+
+uint32_t Schedule::counter_lines() const { return step_counter_lines() + uint32_t(chunk.counter_names.size()); }
 
 uint32_t Schedule::line(uint32_t counter, uint32_t stripe) const {
   return counter_line(counter, stripe, first_striped_counter, uint32_t(sync_domains));
@@ -55,6 +94,7 @@ unsigned Schedule::counter_value(const std::vector<unsigned>& lines, uint32_t co
 std::vector<unsigned> Schedule::counter_values(const std::vector<unsigned>& lines) const {
   std::vector<unsigned> values(num_counters(), 0);
   for (uint32_t c = 0; c < num_counters(); ++c) values[c] = counter_value(lines, c);
+  for (uint32_t c = 0; c < chunk.counter_names.size(); ++c) values.push_back(lines.at(chunk.first_line + c));
   return values;
 }
 
@@ -88,6 +128,18 @@ class Builder {
   void pinned(Instr in, int wg) {
     in.seq = seq_++;
     lists_[size_t(wg)].push_back(in);
+  }
+
+  // The instruction lists concatenated, with wg_begin, counter names and the instructions per step: for
+  // a program whose counters are all flat (the chunk steps).
+  void finish_flat(std::vector<Instr>& instrs, std::vector<uint32_t>& wg_begin, std::vector<std::string>& names, int& per_step) {
+    wg_begin.assign(1, 0);
+    for (auto& list : lists_) {
+      instrs.insert(instrs.end(), list.begin(), list.end());
+      wg_begin.push_back(uint32_t(instrs.size()));
+    }
+    names = names_;
+    per_step = int(seq_);
   }
 
   // `domains` > 1: the counters with at least 2 * domains producers a step become per-domain counters,
@@ -142,6 +194,79 @@ Instr make(Op op, int layer, uint32_t begin, uint32_t end, uint32_t signal) {
 void add_wait(Instr& in, uint32_t counter, uint32_t per_step, uint32_t lag = 0) {
   if (in.num_waits >= 2) fail("schedule: an instruction waits on at most two counters");
   in.waits[in.num_waits++] = Wait{counter, per_step, lag};
+}
+
+// The chunk steps (ChunkSchedule): per layer eight stages, each waiting for the whole previous one (the
+// first for the previous chunk's last stage): a chunk's stages are few and wide, so a barrier between
+// them costs little against their work, and every buffer a stage overwrites was last read by a stage
+// that the barriers order before it.
+ChunkSchedule build_chunk_schedule(const ModelConfig& c, int W, int C) {
+  ChunkSchedule cs;
+  cs.tokens = C;
+  cs.attention_tokens = chunk_attention_tokens(c.group_size());
+  Builder b(W);
+  const uint32_t token_tiles = uint32_t((C + kChunkMatrixTokens - 1) / kChunkMatrixTokens);
+  const uint32_t attention_tiles = uint32_t((C + cs.attention_tokens - 1) / cs.attention_tokens);
+  uint32_t prev_counter = 0, prev_count = 0;
+  bool first = true;
+  // One stage: its items wait for the previous stage (the first one: the previous chunk's last stage).
+  auto stage = [&](std::vector<Instr> items, const std::string& name) {
+    const uint32_t counter = b.counter(name);
+    for (Instr& in : items) {
+      in.signal = counter;
+      if (!first) add_wait(in, prev_counter, prev_count);
+    }
+    prev_count = uint32_t(items.size());
+    prev_counter = counter;
+    b.stage(std::move(items));
+    return counter;
+  };
+  auto token_blocks = [&](Op op, int l, uint16_t slot) {
+    std::vector<Instr> v;
+    for (auto [t0, t1] : split_range(uint32_t(C), uint32_t(W))) {
+      Instr in = make(op, l, t0, t1, 0);
+      in.slot = slot;
+      v.push_back(in);
+    }
+    return v;
+  };
+  auto matrix_tiles = [&](Op op, int l, uint32_t cols, uint32_t tile_cols) {
+    std::vector<Instr> v;
+    for (uint32_t m = 0; m < token_tiles; ++m)
+      for (uint32_t n = 0; n < cols; n += tile_cols) {
+        Instr in = make(op, l, n, std::min(cols, n + tile_cols), 0);
+        in.slot = uint16_t(m);
+        v.push_back(in);
+      }
+    return v;
+  };
+  uint32_t final_counter = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    stage(token_blocks(Op::ChunkNorm, l, kAttentionNorm), fmt::format("chunk layer {} attention norm", l));
+    first = false;
+    stage(matrix_tiles(Op::ChunkQKV, l, uint32_t((c.group_size() + 2) * c.head_dim * c.num_kv_heads), kChunkMatrixCols),
+          fmt::format("chunk layer {} qkv", l));
+    stage(token_blocks(Op::ChunkRope, l, 0), fmt::format("chunk layer {} rope", l));
+    std::vector<Instr> att;
+    for (uint32_t m = 0; m < attention_tiles; ++m)
+      for (int g = 0; g < c.num_kv_heads; ++g) {
+        Instr in = make(Op::ChunkAttention, l, uint32_t(g), uint32_t(g) + 1, 0);
+        in.slot = uint16_t(m);
+        att.push_back(in);
+      }
+    stage(std::move(att), fmt::format("chunk layer {} attention", l));
+    stage(matrix_tiles(Op::ChunkOProj, l, uint32_t(c.hidden_size), kChunkMatrixCols), fmt::format("chunk layer {} o_proj", l));
+    stage(token_blocks(Op::ChunkNorm, l, kMlpNorm), fmt::format("chunk layer {} mlp norm", l));
+    stage(matrix_tiles(Op::ChunkGateUp, l, uint32_t(c.intermediate_size), kChunkMatrixCols / 2), fmt::format("chunk layer {} gate_up", l));
+    final_counter = stage(matrix_tiles(Op::ChunkDown, l, uint32_t(c.hidden_size), kChunkMatrixCols), fmt::format("chunk layer {} down", l));
+  }
+  b.finish_flat(cs.instrs, cs.wg_begin, cs.counter_names, cs.instrs_per_chunk);
+  // The first stage (layer 0's attention norm) waits for the previous chunk's last stage.
+  for (Instr& in : cs.instrs)
+    if (in.op == Op::ChunkNorm && in.layer == 0 && in.slot == kAttentionNorm) add_wait(in, final_counter, prev_count, 1);
+  cs.final_counter = final_counter;
+  cs.final_per_step = prev_count;
+  return cs;
 }
 
 }  // namespace
@@ -286,7 +411,14 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   Instr sample = make(Op::Sample, 0, 0, uint32_t(c.vocab_size), s.sample_counter);
   add_wait(sample, lm_done, slot);
   b.pinned(sample, 0);
-  return b.finish(std::move(s), p.sync_domains);
+  s = b.finish(std::move(s), p.sync_domains);
+  if (p.chunk_tokens < 0 || p.chunk_tokens > 65535 * kChunkMatrixTokens)
+    fail("schedule: chunk steps of {} tokens (must be between 0 and {})", p.chunk_tokens, 65535 * kChunkMatrixTokens);
+  if (p.chunk_tokens > 0) {
+    s.chunk = build_chunk_schedule(c, W, p.chunk_tokens);
+    s.chunk.first_line = s.step_counter_lines();
+  }
+  return s;
 }
 
 }  // namespace mk

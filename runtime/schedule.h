@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/matrix_format.h"
 #include "runtime/model_config.h"
 #include "runtime/op_table.h"
 #include "runtime/portability.h"
@@ -60,8 +61,13 @@ struct Instr {
   Op op = Op::Embed;
   uint8_t num_waits = 0;
   uint16_t layer = 0;
-  uint32_t begin = 0, end = 0;  // output rows [begin, end); Attention: begin = kv group, end = split
-  uint16_t slot = 0;            // LMHead: its partial-argmax slot
+  // Output rows [begin, end); Attention: begin = kv group, end = split. Chunk steps: ChunkNorm and
+  // ChunkRope: the chunk's tokens [begin, end); the matrix ops: output columns [begin, end);
+  // ChunkAttention: begin = kv group.
+  uint32_t begin = 0, end = 0;
+  // LMHead: its partial-argmax slot. Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
+  // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm: which norm (kAttentionNorm, kMlpNorm).
+  uint16_t slot = 0;
   uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices
   uint8_t reserved = 0;
   Wait waits[2];
@@ -84,6 +90,46 @@ struct ScheduleParams {
   // of 8; the last slice may be shorter); each down block waits for a slice just before reading it.
   // 0: down waits for the whole gate_up stage.
   int h_slice_cols = 0;
+  // Prompt tokens a chunk step runs through the layers at once (prefill); 0: no chunk steps, prompts go
+  // through token steps one token at a time.
+  int chunk_tokens = 0;
+};
+
+// A launch runs chunk steps when at least this many prompt tokens come before its last (which a token
+// step runs, sampling the first reply token from its logits); shorter prompts go one token per step.
+inline constexpr int kMinChunkedTokens = 4;
+// Chunk-step tokens: `requested` (-1: the default, 1,024; 0: none), capped at the context; checked.
+int plan_chunk_tokens(int requested, int context);
+// The same where the model has chunk steps (bf16 or f16 layers; hidden, q_dim and intermediate sizes
+// multiples of 32; head_dim a multiple of 16, at most 128), else 0, or, if chunk steps were asked for
+// explicitly (requested > 0), an error naming the reason. The GPU kernel and the emulator both plan so.
+int plan_chunk_steps(const ModelConfig& c, MatrixFormat layers, int requested, int context);
+
+// ChunkNorm's Instr::slot: which of a layer's norms it applies.
+inline constexpr uint16_t kAttentionNorm = 0, kMlpNorm = 1;
+// Tokens of one matrix-op instruction's tile in a chunk step (its M), and output columns (its N; gate_up:
+// kChunkMatrixCols / 2 columns of h, a gate and an up row each). Fixed by the device's tile
+// (device/chunk_gemm.h), which checks them.
+inline constexpr int kChunkMatrixTokens = 128, kChunkMatrixCols = 128;
+// Query tokens of one chunk attention instruction: 16 per warp task, as many tasks as 16 warps take for
+// a group of G query heads (device/chunk_attention.h).
+MK_HD_INLINE constexpr int chunk_attention_tokens(int group_size) { return 16 * (group_size >= 16 ? 1 : 16 / group_size); }
+
+// The chunk steps of a launch (prefill), a program of their own that every workgroup runs before its
+// token steps: chunk k runs tokens [k * tokens, ...) of the prompt. Their counters are flat and follow
+// the token steps' counter lines (chunk counter c is line first_line + c); a wait's target counts chunks
+// as a token step's counts steps. Token step 0 waits until the last chunk's last stage is done
+// (final_counter reaches final_per_step * chunks), which orders it after every chunk step's cache write.
+struct ChunkSchedule {
+  int tokens = 0;  // C; 0: no chunk steps
+  int attention_tokens = 0;  // query tokens per attention instruction
+  std::vector<Instr> instrs;
+  std::vector<uint32_t> wg_begin;
+  std::vector<std::string> counter_names;
+  uint32_t first_line = 0;
+  uint32_t final_counter = 0, final_per_step = 0;
+  int instrs_per_chunk = 0;
+  bool enabled() const { return tokens > 0; }
 };
 
 // The slices of h (ScheduleParams::h_slice_cols). Their counters are flat and consecutive: slice k of
@@ -118,19 +164,23 @@ struct Schedule {
   int sync_domains = 1;
   uint32_t first_striped_counter = 0;
   HSlices h_slices;
+  ChunkSchedule chunk;
 
   uint32_t num_counters() const { return uint32_t(counter_names.size()); }
   bool striped(uint32_t counter) const { return counter >= first_striped_counter; }
   uint32_t stripes(uint32_t counter) const { return striped(counter) ? uint32_t(sync_domains) : 1u; }
   // The line of a counter's stripe (counter_line below).
   uint32_t line(uint32_t counter, uint32_t stripe) const;
-  // Lines (counter values) in all: flat counters one each, per-domain counters sync_domains each.
+  // Lines (counter values) in all: flat counters one each, per-domain counters sync_domains each, then
+  // the chunk steps' counters one each.
   uint32_t counter_lines() const;
+  uint32_t step_counter_lines() const;  // the token steps' part
   // A counter's value (per-domain counters: their stripes summed) from the values of all lines; and
-  // every counter's.
+  // every counter's (the token steps' counters, then the chunk steps').
   unsigned counter_value(const std::vector<unsigned>& lines, uint32_t counter) const;
   std::vector<unsigned> counter_values(const std::vector<unsigned>& lines) const;
-  // "layer 3 attention (kv group 2, split 1)"; "lm_head rows [0, 972)".
+  // "layer 3 attention (kv group 2, split 1)"; "lm_head rows [0, 972)"; chunk-step instructions
+  // "layer 0 chunk_qkv tokens [0, 128) columns [0, 128)".
   std::string describe(const Instr& instr) const;
   // Workgroup that owns instrs[index].
   int workgroup_of(size_t index) const;

@@ -10,14 +10,34 @@ namespace mk {
 std::string describe_blocked(const Schedule& s, std::vector<WorkgroupPosition> blocked, const std::vector<unsigned>* counters,
                              size_t max_shown) {
   auto order = [&](const WorkgroupPosition& p) {
-    const uint32_t seq = p.at_step_gate ? 0 : s.instrs[p.instr_index].seq + 1;  // a gate comes before the step
-    return std::make_tuple(p.step, seq, p.workgroup);
+    // Chunk steps come before the prefill gate, which comes before the token steps.
+    const int phase = p.in_chunk ? 0 : p.at_prefill_gate ? 1 : 2;
+    const uint32_t seq = p.in_chunk ? s.chunk.instrs[p.instr_index].seq
+                         : p.at_step_gate || p.at_prefill_gate ? 0
+                                                                : s.instrs[p.instr_index].seq + 1;  // a gate comes before the step
+    return std::make_tuple(phase, p.step, seq, p.workgroup);
   };
   std::sort(blocked.begin(), blocked.end(), [&](const auto& a, const auto& b) { return order(a) < order(b); });
   std::string text;
   auto now = [&](uint32_t counter) { return counters ? fmt::format(" (now {})", (*counters)[counter]) : std::string(); };
+  const uint32_t chunk_base = s.num_counters();  // where the chunk counters' values start in `counters`
+  auto chunk_wait = [&](uint32_t counter, uint32_t target) {
+    return fmt::format("\n    waits for counter '{}' to reach {}{}", s.chunk.counter_names[counter], target, now(chunk_base + counter));
+  };
   for (size_t i = 0; i < blocked.size() && i < max_shown; ++i) {
     const auto& p = blocked[i];
+    if (p.in_chunk) {
+      const Instr& in = s.chunk.instrs[p.instr_index];
+      text += fmt::format("\n  workgroup {} chunk step {}: {}{}", p.workgroup, p.step, s.describe(in),
+                          i == 0 ? "   <- earliest blocked instruction" : "");
+      for (int w = 0; w < in.num_waits; ++w) text += chunk_wait(in.waits[w].counter, in.waits[w].per_step * (p.step + 1 - in.waits[w].lag));
+      continue;
+    }
+    if (p.at_prefill_gate) {
+      text += fmt::format("\n  workgroup {} at the prefill gate (token step 0 waits for the last chunk step):", p.workgroup);
+      text += chunk_wait(s.chunk.final_counter, s.chunk.final_per_step * p.step);
+      continue;
+    }
     if (p.at_step_gate) {
       text += fmt::format("\n  workgroup {} at the step {} gate: waits for counter '{}' to reach {}{}", p.workgroup, p.step,
                           s.counter_names[s.sample_counter], p.step, now(s.sample_counter));

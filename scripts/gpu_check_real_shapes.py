@@ -4,8 +4,9 @@
 For each shape: build the model in transformers with seeded random weights (scaled so that the
 distributions are peaked), save it in bf16, run our kernel on the saved files (gpu_logits_dump), then
 run transformers in float32 on the GPU on the same bf16 weights (reloaded), and compare:
-  - relative L2 error of the logits at positions up to 2047;
-  - 32 greedy tokens after the 2048-token prompt (a difference where transformers' top two logits are
+  - relative L2 error of the logits at positions up to 2047 (fed in pieces of 1, 1, 99, 900 and 1,047
+    tokens, so every piece but the first two goes through chunk steps, prefill, from a non-empty cache);
+  - 32 greedy tokens after the 2048-token prompt (prefilled in chunks of 1,024) (a difference where transformers' top two logits are
     within rounding is reported as such, not failed).
 Then the model shipped in models/pystdlib-6m (trained weights, issue 16), for two prompts tokenized by
 transformers (a Python text prompt and a chat turn through its chat template):

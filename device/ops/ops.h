@@ -2,6 +2,13 @@
 #pragma once
 
 #include "device/ops/attention.h"
+#include "device/ops/chunk_attention.h"
+#include "device/ops/chunk_down.h"
+#include "device/ops/chunk_gate_up.h"
+#include "device/ops/chunk_norm.h"
+#include "device/ops/chunk_o_proj.h"
+#include "device/ops/chunk_qkv.h"
+#include "device/ops/chunk_rope.h"
 #include "device/ops/down.h"
 #include "device/ops/embed.h"
 #include "device/ops/gate_up.h"

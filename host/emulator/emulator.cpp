@@ -44,6 +44,10 @@ struct Emulator::Impl : emu::EmulatorState {
     uint32_t step = 0;
     uint32_t pc = 0;  // index into its list; == size: at the next step gate
     uint32_t slice = 0;  // an instruction that reads h slice by slice: the next slice it reads
+    // Chunk steps first (pc counts in the chunk list), then the prefill gate (token step 0 waits for the
+    // last chunk step), then the token steps.
+    bool in_chunks = false, prefill_gate = false;
+    uint32_t chunk = 0;
     bool gate_passed = true;  // step 0 has no gate
     bool done = false;
   };
@@ -64,9 +68,23 @@ struct Emulator::Impl : emu::EmulatorState {
     }
   }
 
+  // Chunk steps' counters: flat, after the token steps' lines.
+  uint32_t chunk_line(uint32_t counter) const { return schedule.chunk.first_line + counter; }
+  uint32_t prefill_target() const { return schedule.chunk.final_per_step * uint32_t(run.chunks); }
+
   // Whether workgroup `w` can take its next action now.
   bool ready(int w, const Workgroup& g) const {
     if (g.done) return false;
+    if (g.in_chunks) {
+      const ChunkSchedule& cs = schedule.chunk;
+      const uint32_t begin = cs.wg_begin[size_t(w)], end = cs.wg_begin[size_t(w) + 1];
+      if (begin + g.pc == end) return true;  // moves to the next chunk
+      const Instr& in = cs.instrs[begin + g.pc];
+      for (int i = 0; i < in.num_waits; ++i)
+        if (counters[chunk_line(in.waits[i].counter)] < target(in.waits[i], g.chunk)) return false;
+      return true;
+    }
+    if (g.prefill_gate) return counters[chunk_line(schedule.chunk.final_counter)] >= prefill_target();
     if (!g.gate_passed) return value(schedule.sample_counter) >= g.step;
     const uint32_t begin = schedule.wg_begin[size_t(w)], end = schedule.wg_begin[size_t(w) + 1];
     if (begin + g.pc == end) return true;  // moves to the next step's gate
@@ -96,7 +114,31 @@ struct Emulator::Impl : emu::EmulatorState {
     ++counters[line];
   }
 
+  void advance_chunk(int w, Workgroup& g) {
+    const ChunkSchedule& cs = schedule.chunk;
+    const uint32_t begin = cs.wg_begin[size_t(w)], end = cs.wg_begin[size_t(w) + 1];
+    if (begin + g.pc == end) {
+      g.pc = 0;
+      if (++g.chunk == uint32_t(run.chunks)) g.in_chunks = false, g.prefill_gate = true;
+      return;
+    }
+    const uint32_t index = begin + g.pc;
+    const Instr& in = cs.instrs[index];
+    if (checker)
+      for (int i = 0; i < in.num_waits; ++i) checker->acquire(w, chunk_line(in.waits[i].counter), target(in.waits[i], g.chunk));
+    execute(in, OpCtx{w, emu::InstrRef{g.chunk, index | emu::kChunkIndex, in.seq}}, g.chunk);
+    if (checker) checker->release(w, chunk_line(in.signal));
+    ++counters[chunk_line(in.signal)];
+    ++g.pc;
+  }
+
   void advance(int w, Workgroup& g) {
+    if (g.in_chunks) return advance_chunk(w, g);
+    if (g.prefill_gate) {
+      if (checker) checker->acquire(w, chunk_line(schedule.chunk.final_counter), prefill_target());
+      g.prefill_gate = false;
+      return;
+    }
     const uint32_t begin = schedule.wg_begin[size_t(w)], end = schedule.wg_begin[size_t(w) + 1];
     if (!g.gate_passed) {  // step gate: the previous step's Sample has run; did it stop the launch?
       if (checker) acquire(w, schedule.sample_counter, g.step);
@@ -139,7 +181,9 @@ struct Emulator::Impl : emu::EmulatorState {
     for (size_t w = 0; w < wgs.size(); ++w) {
       const Workgroup& g = wgs[w];
       if (g.done) continue;
-      blocked.push_back({int(w), g.step, !g.gate_passed, schedule.wg_begin[w] + g.pc});
+      if (g.in_chunks) blocked.push_back({int(w), g.chunk, false, schedule.chunk.wg_begin[w] + g.pc, true, false});
+      else if (g.prefill_gate) blocked.push_back({int(w), uint32_t(run.chunks), false, 0, false, true});
+      else blocked.push_back({int(w), g.step, !g.gate_passed, schedule.wg_begin[w] + g.pc});
     }
     const std::vector<unsigned> values = schedule.counter_values(counters);
     // Nothing of the launch is committed (position and pending token change only after it): the
@@ -152,6 +196,7 @@ struct Emulator::Impl : emu::EmulatorState {
     counters.assign(schedule.counter_lines(), 0);
     partial_sums.assign(size_t(schedule.num_workgroups), {});
     std::vector<Workgroup> wgs(size_t(schedule.num_workgroups));
+    for (Workgroup& g : wgs) g.in_chunks = run.chunks > 0;
     std::mt19937_64 rng(opt.interleave_seed);
     std::vector<int> runnable;
     size_t rr = 0;
@@ -179,25 +224,34 @@ struct Emulator::Impl : emu::EmulatorState {
     cancel_flag = false;
     recorded.clear();
     run = Launch{};
-    run.start = position;
-    run.ingest = int(input.size());
+    // All prompt tokens but the last go through chunk steps when there are enough of them; the last goes
+    // through token step 0, which samples the first reply token.
+    const int C = schedule.chunk.tokens;
+    const int chunked = C > 0 && int(input.size()) - 1 >= kMinChunkedTokens ? int(input.size()) - 1 : 0;
+    run.chunk_start = position;
+    run.chunk_count = chunked;
+    run.chunks = C > 0 ? (chunked + C - 1) / C : 0;
+    run.start = position + chunked;
+    run.ingest = int(input.size()) - chunked;
     run.max_new = req.max_new_tokens;
     run.sampling = req.sampling;
     run.on_token = &on_token;
     run.t0 = std::chrono::steady_clock::now();
-    const size_t steps = size_t(opt.context - position);  // at most one step per free cache slot
+    const size_t steps = size_t(opt.context - run.start);  // at most one step per free cache slot
     tokens.data.assign(steps + 1, -1);
-    std::copy(input.begin(), input.end(), tokens.data.begin());
+    std::copy(input.begin() + chunked, input.end(), tokens.data.begin());
+    chunk_tokens.data.assign(input.begin(), input.begin() + chunked);
     stop_at.data.assign(steps, 0);
     start_checker();
     launch();
     if (checker) checker->throw_if_violations();
     // Every step that ran appended one position to the cache.
     const int steps_run = int(std::find(stop_at.data.begin(), stop_at.data.end(), 1) - stop_at.data.begin()) + 1;
-    position += steps_run;
+    position = run.start + steps_run;
     pending = run.result.tokens.empty() ? -1 : run.result.tokens.back();
     if (run.result.stop == StopReason::Cancelled && int(steps_run) < run.ingest) pending = -1;
-    run.result.stats.ingested_tokens = run.ingest;
+    run.result.stats.ingested_tokens = run.chunk_count + run.ingest;
+    run.result.stats.chunked_tokens = run.chunk_count;
     run.result.stats.generated_tokens = int(run.result.tokens.size());
     run.result.stats.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.t0).count();
     return run.result;
@@ -207,7 +261,7 @@ struct Emulator::Impl : emu::EmulatorState {
 Emulator::Emulator(const Model& model, const EmulatorOptions& options)
     : Emulator(model,
                build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, false, options.sync_domains,
-                                                           options.h_slice_cols}),
+                                                           options.h_slice_cols, plan_chunk_steps(model.config, plan_weight_layout(model).format, options.chunk_tokens, options.context)}),
                options) {}
 
 Emulator::Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options)

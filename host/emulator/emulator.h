@@ -27,6 +27,9 @@ struct EmulatorOptions {
   // ScheduleParams::h_slice_cols: down reads h slice by slice (0: after the whole gate_up stage, as the
   // GPU kernel does).
   int h_slice_cols = 0;
+  // Prompt tokens per chunk step (prefill: ScheduleParams::chunk_tokens): -1 as plan_chunk_tokens
+  // chooses for the context, 0 none (prompts go one token per step).
+  int chunk_tokens = -1;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)

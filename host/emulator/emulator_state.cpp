@@ -38,6 +38,16 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
   k_cache.cell = hd;
   v_cache.data = k_cache.data;
   v_cache.cell = hd;
+  if (schedule.chunk.enabled()) {
+    // Cells of 8 elements: every chunk op reads and writes whole multiples of 8 columns.
+    const size_t C = size_t(schedule.chunk.tokens);
+    chunk_x.data.assign(C * size_t(cfg.hidden_size), 0.f);
+    chunk_qkv.data.assign(C * size_t(layout.qkv_rows), 0.f);
+    chunk_act.data.assign(C * chunk_act_cols(), 0);
+    chunk_q.data.assign(C * size_t(cfg.q_dim()), 0);
+    chunk_h.data.assign(C * size_t(cfg.intermediate_size), 0);
+    for (size_t* cell : {&chunk_x.cell, &chunk_qkv.cell, &chunk_act.cell, &chunk_q.cell, &chunk_h.cell}) *cell = 8;
+  }
 }
 
 void EmulatorState::start_checker() {
@@ -55,6 +65,14 @@ void EmulatorState::start_checker() {
   v_cache.id = checker->add_buffer("V cache", v_cache.data.size() / v_cache.cell);
   tokens.id = checker->add_buffer("tokens", tokens.data.size());
   stop_at.id = checker->add_buffer("stop flags", stop_at.data.size());
+  if (schedule.chunk.enabled()) {
+    chunk_x.id = checker->add_buffer("chunk residual stream", chunk_x.data.size() / 8);
+    chunk_qkv.id = checker->add_buffer("chunk qkv", chunk_qkv.data.size() / 8);
+    chunk_act.id = checker->add_buffer("chunk matrix input", chunk_act.data.size() / 8);
+    chunk_q.id = checker->add_buffer("chunk queries", chunk_q.data.size() / 8);
+    chunk_h.id = checker->add_buffer("chunk mlp activations", chunk_h.data.size() / 8);
+    chunk_tokens.id = checker->add_buffer("prompt tokens of the chunk steps", chunk_tokens.data.size());
+  }
 }
 
 // The KV cache, the RoPE table and the per-launch buffers grow with the context: a context the machine
@@ -68,6 +86,13 @@ void EmulatorState::check_memory() const {
       {"RoPE table", ctx * hd * sizeof(float)},
       {"token and stop buffers", (ctx + 1) * sizeof(int32_t) + ctx},
       {"weights", layout.total_bytes}};
+  if (schedule.chunk.enabled()) {
+    const uint64_t C = uint64_t(schedule.chunk.tokens);
+    const uint64_t floats = C * uint64_t(cfg.hidden_size + layout.qkv_rows);
+    const uint64_t halves = C * uint64_t(chunk_act_cols() + size_t(cfg.q_dim()) + size_t(cfg.intermediate_size));
+    needs.push_back({fmt::format("chunk-step buffers for {} tokens", C), floats * 4 + halves * 2});
+    if (opt.check_dependencies) needs.push_back({"dependency checker (chunk steps)", (floats + halves) / 8 * DependencyChecker::cell_bytes()});
+  }
   if (opt.check_dependencies)  // its bookkeeping per cache row and token, at the least
     needs.push_back({"dependency checker", (2 * cache_rows + 2 * ctx) * DependencyChecker::cell_bytes()});
   check_host_memory(fmt::format("the CPU emulator with a context of {} tokens", opt.context), needs,

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -20,6 +21,8 @@
 namespace mk::emu {
 
 inline constexpr uint32_t kGateIndex = 0xffffffffu;  // InstrRef.index of a step gate
+// InstrRef.index of chunk-step instruction i: i | kChunkIndex (InstrRef.step is then the chunk).
+inline constexpr uint32_t kChunkIndex = 0x80000000u;
 
 // A shared buffer of the decode state, with its cell size for the dependency checker.
 template <typename T>
@@ -50,6 +53,13 @@ struct EmulatorState {
   Buffer<uint16_t> k_cache, v_cache;  // bf16 [layer][kv head][position][head_dim]
   Buffer<int32_t> tokens;             // token fed at each step of the current launch
   Buffer<uint8_t> stop_at;            // stop_at[s] = 1: Sample at step s ended the launch
+  // Chunk steps (prefill; Schedule::chunk), C tokens at a time: the residual stream (fp32), the 16-bit
+  // input of the next matrix op (the norm's output or attention's), qkv (fp32), the RoPE'd queries
+  // (bf16), the MLP activations (16-bit); and the prompt tokens they run. "16-bit" is the layers' weight
+  // type (bf16, or f16 for f16 weights): the matrix ops multiply on tensor cores in it.
+  Buffer<float> chunk_x, chunk_qkv;
+  Buffer<uint16_t> chunk_act, chunk_q, chunk_h;
+  Buffer<int32_t> chunk_tokens;
 
   int position = 0;
   int32_t pending = -1;
@@ -58,7 +68,10 @@ struct EmulatorState {
 
   // Per launch.
   struct Launch {
-    int start = 0;
+    int chunk_start = 0;  // position of the first chunk-step token
+    int chunk_count = 0;  // prompt tokens the chunk steps run (0: none)
+    int chunks = 0;       // chunk steps
+    int start = 0;        // position of token step 0
     int ingest = 0;  // tokens to run before the first sample
     int max_new = 0;
     SamplingParams sampling;
@@ -88,8 +101,40 @@ struct EmulatorState {
   }
 
   std::string describe(const InstrRef& r) const {
+    if (r.index & kChunkIndex)
+      return fmt::format("chunk step {}, workgroup {}: {}", r.step, chunk_workgroup_of(r.index & ~kChunkIndex),
+                         schedule.describe(schedule.chunk.instrs[r.index & ~kChunkIndex]));
     if (r.index == kGateIndex) return fmt::format("step {}, workgroup {}: step gate (reads the stop flag)", r.step, r.seq);
     return fmt::format("step {}, workgroup {}: {}", r.step, schedule.workgroup_of(r.index), schedule.describe(schedule.instrs[r.index]));
+  }
+
+  int chunk_workgroup_of(uint32_t index) const {
+    const auto& b = schedule.chunk.wg_begin;
+    return int(std::upper_bound(b.begin(), b.end(), index) - b.begin()) - 1;
+  }
+
+  // ---- chunk steps ----
+  // Position of token t of chunk k.
+  int chunk_position(uint32_t chunk, uint32_t t) const { return run.chunk_start + int(chunk) * schedule.chunk.tokens + int(t); }
+  // Tokens chunk k runs: C, or fewer in the last.
+  uint32_t chunk_length(uint32_t chunk) const {
+    return uint32_t(std::min(schedule.chunk.tokens, run.chunk_count - int(chunk) * schedule.chunk.tokens));
+  }
+  // The 16-bit type of the matrix ops' inputs (the layers' weight type) and its conversions.
+  bool chunk_f16() const { return layout.format == MatrixFormat::F16; }
+  uint16_t to_act16(float v) const { return chunk_f16() ? float_to_fp16(v) : float_to_bf16(v); }
+  float act16(uint16_t v) const { return chunk_f16() ? fp16_to_float(v) : bf16_to_float(v); }
+  // Columns of a row of chunk_act: the larger of the norms' output (hidden) and attention's (q_dim).
+  size_t chunk_act_cols() const { return size_t(std::max(cfg.hidden_size, cfg.q_dim())); }
+
+  // dot(row r of the matrix at `offset` with `cols` columns, a 16-bit activation row): the product of a
+  // chunk step's matrix op, fp32 sums of exact products as the tensor cores form them.
+  float dot_row_act16(uint64_t offset, size_t r, size_t cols, const uint16_t* act) const {
+    const MatrixFormat f = format_of(offset);
+    const uint8_t* row = matrix_row(offset, cols, r);
+    float acc = 0.f;
+    for (size_t c = 0; c < cols; ++c) acc += matrix_row_element(f, row, int(cols), int(c)) * act16(act[c]);
+    return acc;
   }
 
   void start_checker();

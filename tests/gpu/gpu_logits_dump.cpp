@@ -2,7 +2,8 @@
 // for scripts/gpu_check_real_shapes.py to compare with transformers.
 //   gpu_logits_dump MODEL_DIR REQUEST_JSON OUT_JSON
 // REQUEST_JSON: {"tokens": [...], "positions": [p0 < p1 < ...], "greedy_steps": N, optionally
-// "quantize": "fp8" | "int4" and "quantize_head": false}; logits at position p are those computed after
+// "quantize": "fp8" | "int4", "quantize_head": false and "chunk_tokens": N (GpuOptions::chunk_tokens;
+// 0: prompts one token per step)}; logits at position p are those computed after
 // feeding tokens[0..p]. The greedy continuation ignores the model's EOS ids: it
 // always has greedy_steps tokens, as transformers' generate(eos_token_id=None) that it is compared with.
 #include <fmt/format.h>
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
     model->config.eos_token_ids.clear();
     mk::GpuOptions opt;
     opt.context = int(tokens.size()) + greedy_steps + 8;
+    opt.chunk_tokens = request.value("chunk_tokens", -1);
     auto gpu = mk::create_gpu_backend(*model, opt);
     out["device"] = gpu->info().name;
     int fed = 0;

@@ -1,0 +1,352 @@
+// One workgroup's 128 x 128 tile of C = A * B^T for prompt prefill, fp32 accumulation: A holds a chunk's
+// activations (M rows of K, row-major), B weight rows (N rows of K, row-major: B^T column-major, mma's
+// `.col` operand). NVIDIA (MK_WARP_MMA): mma.sync m16n8k16 on bf16 or f16, operands staged in shared
+// memory by a cp.async pipeline and read with ldmatrix. Elsewhere: an FMA loop with the same interface
+// and the same result up to summation order.
+//
+// Tensor-core layout: the 16 warps form two groups of 8 that split every k-tile's 16-deep steps between
+// them (group g takes steps g, g + 2, ...), each warp of a group owning a 64 x 32 piece of C (2 x 4 warps).
+// A warp tile of 64 x 32 reads 6 ldmatrix per 16 MMAs where 16 warps of 32 x 32 would read 4 per 8: shared
+// memory bandwidth, not the tensor cores, bounds a 128 x 128 tile of mma.sync on Hopper, and this cuts its
+// reads by a quarter. The two groups' partial sums are added once, through shared memory, in fixed order.
+// Shared tiles have 128-byte rows (kK = 64 bf16) whose 16-byte chunks are XOR-swizzled by row, so that the
+// 8 rows an ldmatrix reads and the 8 chunks a row's copies write fall on distinct banks without padding.
+// Three stages fill 96 KiB; the warps' fragments are double-buffered, and the barrier of each k-tile sits
+// before its last MMAs (see the loop): on an H200, 321 TFLOPS at M = 1024, K = 4096, N = 14336 against 283
+// with the barrier first and no double buffering. The default shape takes all 128 registers a thread of
+// a 512-thread workgroup may have, spill-free; ChunkGemmShape<64, 3, 1> (16 warps of 32 x 32) needs 92
+// and gave 285.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "device/kernel_params.h"
+
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
+#define MK_CHUNK_GEMM_DEVICE 1
+#include "device/async_copy.h"
+#include "device/platform.h"
+#include "device/tensor_core.h"
+#else
+#define MK_CHUNK_GEMM_DEVICE 0
+#endif
+
+namespace mk::dev {
+
+// A tile shape of the tensor-core path: kK elements of K per pipeline stage, kStages stages, kWarpsK warp
+// groups splitting K (1: 4 x 4 warps of 32 x 32; 2: two groups of 2 x 4 warps of 64 x 32, as above).
+template <int K_, int Stages_, int WarpsK_>
+struct ChunkGemmShape {
+  static constexpr int kM = 128, kN = 128, kK = K_, kStages = Stages_, kWarpsK = WarpsK_;
+  static constexpr int kRowBytes = kK * 2;
+  static constexpr int kStageBytes = (kM + kN) * kRowBytes;
+  // After the loop the pipeline's area holds the partial sums of warp groups 1.. for group 0 to add.
+  static constexpr int kReduceBytes = (kWarpsK - 1) * kM * kN * 4;
+  // The FMA path stages 32 columns of A and B as floats, rows padded to 33 (odd: column reads of
+  // consecutive rows hit distinct banks).
+  static constexpr int kFmaK = 32, kFmaStride = kFmaK + 1;
+  static constexpr int kFmaBytes = 2 * kM * kFmaStride * 4;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kMax2 = kPipeBytes > kReduceBytes ? kPipeBytes : kReduceBytes;
+  static constexpr size_t kSmemBytes = size_t(kMax2 > kFmaBytes ? kMax2 : kFmaBytes);
+  static_assert(kK == 32 || kK == 64, "the swizzle and the copies' chunks cover 64- and 128-byte rows");
+  static_assert(kStages >= 2 && kStages <= 4, "wait_async_groups takes at most 3 groups in flight");
+  static_assert(kWarpsK == 1 || kWarpsK == 2, "one or two warp groups along K");
+  static_assert((kK / 16 / kWarpsK) % 2 == 0, "each warp group takes an even number of 16-deep steps a k-tile");
+};
+
+struct ChunkGemmTile : ChunkGemmShape<64, 3, 1> {};
+
+// Dynamic shared memory of chunk_gemm_tile, bytes (96 KiB).
+MK_HD_INLINE constexpr size_t chunk_gemm_smem_bytes() { return ChunkGemmTile::kSmemBytes; }
+static_assert(chunk_gemm_smem_bytes() <= 96 * 1024, "the tile's shared memory budget");
+
+#if MK_CHUNK_GEMM_DEVICE
+
+namespace chunk_gemm_detail {
+
+#if MK_WARP_MMA
+// mma_k16 (tensor_core.h) for bf16, or its f16 form.
+template <bool kF16>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b_lo, uint32_t b_hi) {
+  if constexpr (kF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_lo), "r"(b_hi));
+  } else {
+    mma_k16(c, a, b_lo, b_hi);
+  }
+}
+
+// Byte offset within its row of 16-byte chunk `c` of row `r`. 128-byte rows (and longer): chunk c ^ (r % 8),
+// so 8 consecutive rows put a given chunk in 8 distinct bank quads. 64-byte rows (two to a 128-byte line):
+// chunk c ^ (r / 2 % 4), the same for the 8 rows of two lines. Only r % 8 matters, so offsets of rows 8
+// apart differ by whole rows.
+template <int kK>
+__device__ __forceinline__ uint32_t swizzled_chunk(int r, int c) {
+  if constexpr (kK == 32) return uint32_t(c ^ ((r >> 1) & 3)) << 4;
+  else return uint32_t(c ^ (r & 7)) << 4;
+}
+#endif
+
+}  // namespace chunk_gemm_detail
+
+// The FMA path (every platform; the only one where MK_WARP_MMA is 0). Thread t owns the column pair 2 (t %
+// 64) and rows t / 64 + 8 i (i < 16); each k-tile of 32 is staged as floats. A is read with load_fresh (it
+// may come from other workgroups of the same launch), B with load_weight.
+template <bool kF16, class RowA, class RowB, class Epilogue>
+__device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+  using S = ChunkGemmTile;
+  constexpr int kK = S::kFmaK, kStride = S::kFmaStride, kRows = 16;
+  static_assert(kThreads * 8 == S::kM * kK && kThreads == 8 * S::kN / 2, "a 16-byte piece of each matrix a thread; 16 x 2 outputs");
+  float* sa = reinterpret_cast<float*>(smem);
+  float* sb = sa + S::kM * kStride;
+  const int t = int(threadIdx.x);
+  const int sr = t / 4, sc = (t % 4) * 8;  // the piece this thread stages: row sr, columns sc..sc+7
+  const uint16_t* pa = sr < m_valid ? a_row(sr) + sc : nullptr;
+  const uint16_t* pb = sr < n_valid ? b_row(sr) + sc : nullptr;
+  const int pair = t % (S::kN / 2), row0 = t / (S::kN / 2);
+  float acc[kRows][2] = {};
+  auto stage = [](float* dst, uint4 w) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (kF16) {
+        const float2 f = half2_bits_to_float2(words[i]);
+        dst[2 * i] = f.x, dst[2 * i + 1] = f.y;
+      } else {
+        dst[2 * i] = __uint_as_float(words[i] << 16), dst[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+      }
+    }
+  };
+  for (int k0 = 0; k0 < K; k0 += kK) {
+    const bool in_k = k0 + sc < K;  // K is a multiple of 8: a piece is wholly in or out
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    stage(sa + sr * kStride + sc, pa && in_k ? load_fresh(reinterpret_cast<const uint4*>(pa + k0)) : zero);
+    stage(sb + sr * kStride + sc, pb && in_k ? load_weight(reinterpret_cast<const uint4*>(pb + k0)) : zero);
+    __syncthreads();
+#pragma unroll 4
+    for (int k = 0; k < kK; ++k) {
+      const float b0 = sb[2 * pair * kStride + k], b1 = sb[(2 * pair + 1) * kStride + k];
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        const float a = sa[(row0 + 8 * i) * kStride + k];
+        acc[i][0] = fmaf(a, b0, acc[i][0]);
+        acc[i][1] = fmaf(a, b1, acc[i][1]);
+      }
+    }
+    __syncthreads();
+  }
+  const int n = 2 * pair;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int m = row0 + 8 * i;
+    if (m < m_valid && n < n_valid) epilogue(m, n, acc[i][0], acc[i][1]);
+  }
+}
+
+#if MK_WARP_MMA
+// The tensor-core path for a given shape (chunk_gemm_tile uses ChunkGemmTile).
+template <class S, bool kF16, class RowA, class RowB, class Epilogue>
+__device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem,
+                                                    Epilogue epilogue) {
+  using chunk_gemm_detail::swizzled_chunk;
+  constexpr int kK = S::kK, kRowBytes = S::kRowBytes, kStages = S::kStages, kWK = S::kWarpsK;
+  constexpr int kCopies = kK / 32;  // 16-byte copies per thread, stage and matrix: 4 threads a row
+  static_assert(kThreads == 4 * S::kM && S::kM == S::kN, "a row of A and of B for each group of 4 threads");
+  constexpr int kWarps = kThreads / 32, kGroupWarps = kWarps / kWK;
+  constexpr int kWarpsN = 4, kWarpsM = kGroupWarps / kWarpsN;
+  constexpr int kTM = S::kM / kWarpsM, kTN = S::kN / kWarpsN;  // a warp's piece of C
+  constexpr int kMI = kTM / 16, kNJ = kTN / 8;                 // its m16 and n8 tiles
+  constexpr int kSteps = kK / 16 / kWK;                        // 16-deep steps per k-tile per warp group
+  static_assert(kNJ % 2 == 0, "B fragments come two n8 tiles an ldmatrix_x4");
+  static_assert(kSteps % 2 == 0 && kStages <= 4, "fragments alternate between two sets; wait_async_groups");
+
+  const int t = int(threadIdx.x), lane = t % 32, warp = t / 32;
+  const int group = warp / kGroupWarps, wi = warp % kGroupWarps;
+  const int wm = wi / kWarpsN, wn = wi % kWarpsN;
+
+  // Copies: thread t fills row t / 4 of A and of B, chunks t % 4 + 4 j (copy i takes j = (i + row) %
+  // kCopies: the two rows of 8 consecutive threads then write opposite halves of the 128-byte bank line,
+  // whatever the swizzle). One pointer per matrix: its first copy's chunk; `step` (elements) moves to
+  // the next copy's. Rows past m_valid / n_valid are zeroed once in every stage and never copied.
+  const int row = t / 4;
+  int chunk[kCopies];
+  uint32_t so[kCopies];  // byte offset in the stage's A (or B) tile
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    chunk[i] = t % 4 + 4 * ((i + row) % kCopies);
+    so[i] = uint32_t(row * kRowBytes) + swizzled_chunk<kK>(row, chunk[i]);
+  }
+  const uint16_t* ga = row < m_valid ? a_row(row) + chunk[0] * 8 : nullptr;
+  const uint16_t* gb = row < n_valid ? b_row(row) + chunk[0] * 8 : nullptr;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    uint8_t* sa = smem + s * S::kStageBytes;
+    uint8_t* sb = sa + S::kM * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      if (!ga) *reinterpret_cast<uint4*>(sa + so[i]) = zero;
+      if (!gb) *reinterpret_cast<uint4*>(sb + so[i]) = zero;
+    }
+  }
+  // Stage `s` gets k-tile `kt`; chunks past K (K a multiple of 8, not of kK) get zeros, written over
+  // whatever an earlier tile left there.
+  auto load = [&](int s, int kt) {
+    uint8_t* sa = smem + s * S::kStageBytes;
+    uint8_t* sb = sa + S::kM * kRowBytes;
+    const int k0 = kt * kK;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const int dk = k0 + (chunk[i] - chunk[0]) * 8;
+      const bool in_k = k0 + chunk[i] * 8 < K;
+      if (ga) {
+        if (in_k) copy_async_16(sa + so[i], ga + dk);
+        else *reinterpret_cast<uint4*>(sa + so[i]) = zero;
+      }
+      if (gb) {
+        if (in_k) copy_async_16(sb + so[i], gb + dk);
+        else *reinterpret_cast<uint4*>(sb + so[i]) = zero;
+      }
+    }
+  };
+
+  // ldmatrix addresses. A (m16 x k16, matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)):
+  // lane l gives row l % 8 + 8 (l / 8 % 2) at k-chunk l / 16. B (two n8 tiles: (n 0-7, k 0-7), (0-7,
+  // 8-15), (8-15, 0-7), (8-15, 8-15)): row l % 8 + 8 (l / 16) at k-chunk l / 8 % 2. A 16-deep step is two
+  // chunks; this group's step j of a k-tile is step j * kWK + group, whose chunks differ from step 0's by
+  // 2 j kWK, a bit above the ones the swizzle and the lane's chunk touch: an XOR of the offset.
+  const uint32_t base = shared_address(smem);
+  const int a_r = wm * kTM + lane % 8 + 8 * (lane / 8 % 2);
+  const int b_r = wn * kTN + lane % 8 + 8 * (lane / 16);
+  const uint32_t a_col = uint32_t(a_r * kRowBytes) + swizzled_chunk<kK>(lane, 2 * group + lane / 16);
+  const uint32_t b_col = uint32_t(S::kM * kRowBytes + b_r * kRowBytes) + swizzled_chunk<kK>(lane, 2 * group + lane / 8 % 2);
+  static_assert(kWK == 1 || kWK == 2, "step chunks as bits above 2 group + the lane's chunk");
+
+  float acc[kMI][kNJ][4];
+#pragma unroll
+  for (int i = 0; i < kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < kNJ; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+
+  struct Frags {
+    uint32_t a[kMI][4], b[kNJ][2];
+  };
+  auto load_frags = [&](Frags& f, uint32_t stage, int j) {
+    const uint32_t step = uint32_t(2 * j * kWK) << 4;
+#pragma unroll
+    for (int n = 0; n < kNJ / 2; ++n) {
+      uint32_t r[4];
+      ldmatrix_x4(r, stage + (b_col ^ step) + uint32_t(n * 16 * kRowBytes));
+      f.b[2 * n][0] = r[0], f.b[2 * n][1] = r[1], f.b[2 * n + 1][0] = r[2], f.b[2 * n + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) ldmatrix_x4(f.a[i], stage + (a_col ^ step) + uint32_t(i * 16 * kRowBytes));
+  };
+  auto mma_frags = [&](const Frags& f) {
+#pragma unroll
+    for (int i = 0; i < kMI; ++i)
+#pragma unroll
+      for (int n = 0; n < kNJ; ++n) chunk_gemm_detail::mma<kF16>(acc[i][n], f.a[i], f.b[n][0], f.b[n][1]);
+  };
+
+  // The pipeline: every stage is filled from the start. The barrier that publishes tile kt + 1 comes once
+  // each warp has read its last fragments of tile kt but before their MMAs: tile kt's stage is refilled at
+  // once (with tile kt + kStages), and tile kt + 1's first fragments load while those MMAs run. Empty
+  // groups are committed too, so that the count a wait leaves in flight stays fixed.
+  const int tiles = (K + kK - 1) / kK;
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    if (s < tiles) load(s, s);
+    commit_async_group();
+  }
+  wait_async_groups(kStages - 1);
+  __syncthreads();
+  Frags f[2];
+  load_frags(f[0], base, 0);
+  int read_stage = 0;
+  for (int kt = 0; kt < tiles; ++kt) {
+    const uint32_t stage = base + uint32_t(read_stage * S::kStageBytes);
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      if (j + 1 < kSteps) {
+        load_frags(f[(j + 1) % 2], stage, j + 1);
+      } else if (kt + 1 < tiles) {
+        wait_async_groups(kStages - 2);
+        __syncthreads();
+        if (kt + kStages < tiles) load(read_stage, kt + kStages);
+        commit_async_group();
+        read_stage = read_stage == kStages - 1 ? 0 : read_stage + 1;
+        load_frags(f[0], base + uint32_t(read_stage * S::kStageBytes), 0);
+      }
+      mma_frags(f[j % 2]);
+    }
+  }
+  wait_async_groups(0);  // only empty groups remain; the area is reused below or by the caller
+  __syncthreads();
+
+  if constexpr (kWK == 2) {
+    // Group 1's sums, [warp][register][lane] (consecutive lanes, consecutive words), for group 0 to add.
+    float* red = reinterpret_cast<float*>(smem) + wi * (kMI * kNJ * 4 * 32) + lane;
+    if (group == 1) {
+#pragma unroll
+      for (int i = 0; i < kMI; ++i)
+#pragma unroll
+        for (int n = 0; n < kNJ; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) red[((i * kNJ + n) * 4 + e) * 32] = acc[i][n][e];
+    }
+    __syncthreads();
+    if (group == 0) {
+#pragma unroll
+      for (int i = 0; i < kMI; ++i)
+#pragma unroll
+        for (int n = 0; n < kNJ; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[i][n][e] += red[((i * kNJ + n) * 4 + e) * 32];
+    }
+  }
+  if (group == 0) {
+    // C fragment: c[0], c[1] are row lane / 4, columns 2 (lane % 4) + {0, 1}; c[2], c[3] row + 8.
+#pragma unroll
+    for (int i = 0; i < kMI; ++i) {
+      const int m = wm * kTM + i * 16 + lane / 4;
+#pragma unroll
+      for (int n8 = 0; n8 < kNJ; ++n8) {
+        const int n = wn * kTN + n8 * 8 + 2 * (lane % 4);
+        if (n < n_valid) {  // n_valid is even: n + 1 is valid too
+          if (m < m_valid) epilogue(m, n, acc[i][n8][0], acc[i][n8][1]);
+          if (m + 8 < m_valid) epilogue(m + 8, n, acc[i][n8][2], acc[i][n8][3]);
+        }
+      }
+    }
+  }
+  if constexpr (kWK == 2) __syncthreads();  // group 0 has read the partial sums
+}
+#endif
+
+// The tile C = A * B^T (128 x 128, fp32 accumulation; kF16: inputs are IEEE f16, else bf16).
+// a_row(m) (m < m_valid) / b_row(n) (n < n_valid): const uint16_t* to row m of A / row n of B, K elements,
+// 16-byte aligned; rows past m_valid / n_valid count as zero. K: a positive multiple of 8 (the callers'
+// multiples of 32 included). n_valid: even. epilogue(m, n, v0, v1) runs once for every m < m_valid and
+// even n < n_valid with v0 = C[m][n], v1 = C[m][n + 1], on the thread holding them; it must not touch
+// `smem`. smem: chunk_gemm_smem_bytes() of dynamic shared memory, 16-byte aligned (128 for conflict-free
+// access), used by no one else from a barrier before the call; on return every thread is done with it.
+// All kThreads threads call it (it has barriers). A's rows may have been written by other workgroups of
+// the launch (after the caller's acquire): the copies read through L2 (cp.async.cg; load_fresh on the FMA
+// path). The same inputs give the same bits (fixed summation order, no atomics).
+template <bool kF16, class RowA, class RowB, class Epilogue>
+__device__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+#if MK_WARP_MMA
+  chunk_gemm_tile_mma<ChunkGemmTile, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#else
+  chunk_gemm_tile_fma<kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#endif
+}
+
+#endif  // MK_CHUNK_GEMM_DEVICE
+
+}  // namespace mk::dev

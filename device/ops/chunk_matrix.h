@@ -1,0 +1,33 @@
+// What the chunk steps' matrix ops (chunk_qkv, chunk_o_proj, chunk_gate_up, chunk_down) share: the
+// shared memory of one tensor-core tile (device/chunk_gemm.h) and the call that runs an instruction's
+// tile: rows = the tile's tokens of a 16-bit activation buffer, columns = weight rows.
+#pragma once
+
+#include "device/chunk_gemm.h"
+#include "device/ops/op_spec.h"
+#if MK_DEVICE_CODE
+#include "device/chunk_machine.h"
+#endif
+
+namespace mk::dev {
+
+static_assert(ChunkGemmTile::kM == kChunkMatrixTokens && ChunkGemmTile::kN == kChunkMatrixCols,
+              "the schedule's chunk tiles (runtime/schedule.h) are the device tile's");
+
+inline size_t chunk_matrix_smem_floats() { return (chunk_gemm_smem_bytes() + 3) / 4; }
+
+#if MK_DEVICE_CODE
+// The instruction's tile: its tokens' rows of `act` (row stride `act_cols`, K columns used) times the
+// weight rows `weight_row(n)`, n < n_valid; epilogue(token, n, v0, v1) for columns n, n + 1 (n even).
+template <class MachineT, class WeightRow, class Epilogue>
+__device__ void chunk_matrix_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, WeightRow weight_row,
+                                  int n_valid, Epilogue epilogue) {
+  const int first = m.tile_first(in), count = m.tile_count(in);
+  if (count <= 0) return;  // the last chunk is shorter: this tile has no tokens
+  chunk_gemm_tile<MachineT::kF16>(
+      [&](int r) { return act + size_t(first + r) * size_t(act_cols); }, count, weight_row, n_valid, K, m.smem,
+      [&](int r, int n, float v0, float v1) { epilogue(first + r, n, v0, v1); });
+}
+#endif
+
+}  // namespace mk::dev

@@ -1,0 +1,50 @@
+// ChunkNorm (chunk steps): for the chunk's tokens [begin, end), the layer's attention or MLP RMSNorm of
+// the residual rows, stored 16-bit as the next matrix op's input; layer 0's attention norm first gathers
+// the tokens' embedding rows into the residual stream. A warp per token.
+#pragma once
+
+#include "device/ops/op_spec.h"
+#if MK_DEVICE_CODE
+#include "device/chunk_machine.h"
+#endif
+
+namespace mk::dev {
+
+struct ChunkNormOp : OpDefaults {
+#if MK_DEVICE_CODE
+  template <class MachineT>
+  __device__ static void run(MachineT& m, const Instr& in) {
+    const KernelParams& p = m.p;
+    const ModelDims& d = p.dims;
+    const int H = d.hidden;
+    const LayerOffsets& L = p.layers[in.layer];
+    const float* g = m.f32(in.slot == kAttentionNorm ? L.attn_norm : L.mlp_norm);
+    const bool embed = in.layer == 0 && in.slot == kAttentionNorm;
+    const int end = min(int(in.end), m.tokens);
+    for (int t = int(in.begin) + warp_id(); t < end; t += kWarps) {
+      float* x = p.chunk_x + size_t(t) * size_t(H);
+      float ss = 0.f;
+      if (embed) {
+        const int32_t token = p.chunk_tokens[size_t(m.chunk) * size_t(p.chunk_size) + size_t(t)];
+        const uint8_t* row = m.matrix(p.embed) + size_t(token) * size_t(matrix_row_bytes(d.head_format, H));
+        for (int k = lane_id(); k < H; k += MK_WARP_SIZE) {
+          const float v = matrix_row_element(d.head_format, row, H, k);
+          x[k] = v;
+          ss += v * v;
+        }
+      } else {
+        for (int k = lane_id(); k < H; k += MK_WARP_SIZE) {
+          const float v = load_fresh(x + k);
+          ss += v * v;
+        }
+      }
+      const float inv = 1.0f / sqrtf(warp_sum(ss) / float(H) + d.rms_eps);
+      uint16_t* out = p.chunk_act + size_t(t) * size_t(p.chunk_act_cols);
+      // The lane reads back what it wrote itself (embed) or read before: no other thread's data.
+      for (int k = lane_id(); k < H; k += MK_WARP_SIZE) out[k] = m.to_act16(load_fresh(x + k) * inv * g[k]);
+    }
+  }
+#endif
+};
+
+}  // namespace mk::dev
