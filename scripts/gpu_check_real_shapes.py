@@ -5,7 +5,9 @@ For each shape: build the model in transformers with seeded random weights (scal
 distributions are peaked), save it in bf16, run our kernel on the saved files (gpu_logits_dump), then
 run transformers in float32 on the GPU on the same bf16 weights (reloaded), and compare:
   - relative L2 error of the logits at positions up to 2047 (fed in pieces of 1, 1, 99, 900 and 1,047
-    tokens, so every piece but the first two goes through chunk steps, prefill, from a non-empty cache);
+    tokens, so every piece but the first two goes through chunk steps, prefill, from a non-empty cache):
+    below 2%, or below twice transformers' own bf16 forward's error at that position (chunk steps
+    multiply 16-bit activations, as a bf16 forward does), which is reported beside it;
   - 32 greedy tokens after the 2048-token prompt (prefilled in chunks of 1,024) (a difference where transformers' top two logits are
     within rounding is reported as such, not failed).
 Then the model shipped in models/pystdlib-6m (trained weights, issue 16), for two prompts tokenized by
@@ -161,13 +163,25 @@ def main(bindir, outdir, cases):
                                output_scores=True, return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
         hf_greedy = gen.sequences[0, len(tokens):].tolist()
         margins = [float(torch.topk(s[0].float(), 2).values.diff().abs()) for s in gen.scores]
+        del ref
+        torch.cuda.empty_cache()
+        # The yardstick for prefilled positions: transformers' own bf16 forward (16-bit activations, as
+        # our chunk steps' matrix multiplies and the PyTorch peer have) against its fp32 forward.
+        ref16 = model_cls.from_pretrained(d, dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+        with torch.no_grad():
+            logits16 = ref16(ids).logits[0].float()
+        del ref16
         rows = []
         for p, ol in zip(ours["positions"], ours["logits"]):
             o = torch.tensor(ol, device="cuda")
             r = logits[p]
             rel = float((o - r).norm() / r.norm())
-            rows.append({"position": p, "rel_err": rel, "argmax_same": int(o.argmax()) == int(r.argmax())})
-            ok &= rel < 2e-2
+            rel16 = float((logits16[p] - r).norm() / r.norm())
+            top2 = torch.topk(r, 2).values
+            rows.append({"position": p, "rel_err": rel, "transformers_bf16_rel_err": rel16,
+                         "argmax_same": int(o.argmax()) == int(r.argmax()), "top2_margin": float(top2[0] - top2[1])})
+            # Within 2%, or within twice what transformers' bf16 forward is off by at that position.
+            ok &= rel < max(2e-2, 2 * rel16)
         first_diff = next((i for i, (a, b) in enumerate(zip(ours["greedy_tokens"], hf_greedy)) if a != b), None)
         greedy_note = "identical" if first_diff is None else (
             f"differ from step {first_diff}, where transformers' top-2 margin is {margins[first_diff]:.3g}")
@@ -176,7 +190,6 @@ def main(bindir, outdir, cases):
         summary[name] = {"logits": rows, "greedy": greedy_note, "greedy_ours": ours["greedy_tokens"],
                          "greedy_transformers": hf_greedy, "device": ours["device"]}
         print(name, json.dumps(rows), "greedy:", greedy_note, flush=True)
-        del ref
         torch.cuda.empty_cache()
     if not cases or SHIPPED in cases:
         shipped_ok, summary[SHIPPED] = check_shipped(bindir)
