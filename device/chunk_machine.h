@@ -10,10 +10,6 @@
 
 namespace mk::dev {
 
-// The layers' formats whose chunk steps exist: the matrix ops multiply 16-bit activations by 16-bit
-// weights on tensor cores (quantized layers go through token steps only).
-MK_HD_INLINE constexpr bool chunk_steps_supported(MatrixFormat f) { return f == MatrixFormat::BF16 || f == MatrixFormat::F16; }
-
 template <MatrixFormat Format>
 struct ChunkMachine {
   static constexpr MatrixFormat kFormat = Format;

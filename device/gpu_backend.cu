@@ -195,7 +195,7 @@ class MonokernelBackend final : public GpuBackend {
     // All prompt tokens but the last go through chunk steps when there are enough of them (as on the
     // emulator); the last goes through token step 0, which samples the first reply token.
     const int C = schedule_.chunk.tokens;
-    const int chunked = C > 0 && int(input.size()) - 1 >= kMinChunkedTokens ? int(input.size()) - 1 : 0;
+    const int chunked = chunked_prompt_tokens(C, int(input.size()));
     if (chunked > 0)
       MK_GPU_CHECK(hipMemcpy(chunk_tokens_.ptr, input.data(), size_t(chunked) * sizeof(int32_t), hipMemcpyHostToDevice));
     MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data() + chunked, (input.size() - size_t(chunked)) * sizeof(int32_t), hipMemcpyHostToDevice));

@@ -14,7 +14,7 @@ const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, boo
 
 // The chunk steps' kernel (prefill; launched just before the token steps' kernel, with the same grid
 // and shared memory) for the layers' format, with or without the profiling timers; null for the formats
-// that have no chunk steps (chunk_steps_supported).
+// that have no chunk steps (runtime/schedule.h's plan_chunk_steps).
 const void* chunk_kernel_entry(MatrixFormat format, bool profile);
 
 }  // namespace mk::dev

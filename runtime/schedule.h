@@ -98,6 +98,11 @@ struct ScheduleParams {
 // A launch runs chunk steps when at least this many prompt tokens come before its last (which a token
 // step runs, sampling the first reply token from its logits); shorter prompts go one token per step.
 inline constexpr int kMinChunkedTokens = 4;
+// Of `ingest` tokens to run, those that go through chunk steps of `chunk_tokens` (0: none): all but the
+// last when at least kMinChunkedTokens precede it, else none. Both backends plan a launch with it.
+inline int chunked_prompt_tokens(int chunk_tokens, int ingest) {
+  return chunk_tokens > 0 && ingest - 1 >= kMinChunkedTokens ? ingest - 1 : 0;
+}
 // Chunk-step tokens: `requested` (-1: the default, 1,024; 0: none), capped at the context; checked.
 int plan_chunk_tokens(int requested, int context);
 // The same where the model has chunk steps (bf16 or f16 layers; hidden, q_dim and intermediate sizes

@@ -227,7 +227,7 @@ struct Emulator::Impl : emu::EmulatorState {
     // All prompt tokens but the last go through chunk steps when there are enough of them; the last goes
     // through token step 0, which samples the first reply token.
     const int C = schedule.chunk.tokens;
-    const int chunked = C > 0 && int(input.size()) - 1 >= kMinChunkedTokens ? int(input.size()) - 1 : 0;
+    const int chunked = chunked_prompt_tokens(C, int(input.size()));
     run.chunk_start = position;
     run.chunk_count = chunked;
     run.chunks = C > 0 ? (chunked + C - 1) / C : 0;
