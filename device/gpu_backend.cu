@@ -159,7 +159,7 @@ class MonokernelBackend final : public GpuBackend {
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
     plan_weight_stream(size_t(max_smem));
-    // The chunk steps' kernel (prefill; device/monokernel.cu) and its shared memory: its ops' tiles.
+    // The chunk steps' kernel (prefill; device/chunk_kernel.cu) and its shared memory: its ops' tiles.
     chunk_smem_bytes_ = dev::chunk_smem_bytes(schedule_, dims());
     if (chunk_smem_bytes_ > size_t(max_smem)) {
       if (opt.chunk_tokens > 0)
@@ -345,11 +345,13 @@ class MonokernelBackend final : public GpuBackend {
     const dev::MemoryNeed need = dev::device_memory_need(cfg_, layout_, schedule_, opt_.context);
     if (need.total() > info_.free_memory)
       throw OutOfMemoryError(fmt::format(
-          "not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, "
-          "chunk-step buffers for {} prompt tokens {:.2f} GiB, other {:.2f} GiB) but {:.2f} GiB is free; lower the context "
-          "(-c){}",
+          "not enough device memory on {}: need {:.2f} GiB (weights {:.2f} GiB, KV cache for {} tokens {:.2f} GiB, {}"
+          "other {:.2f} GiB) but {:.2f} GiB is free; lower the context (-c){}",
           info_.name, double(need.total()) / kGiB, double(need.weights) / kGiB, opt_.context, double(need.kv_cache) / kGiB,
-          schedule_.chunk.tokens, double(need.chunk) / kGiB, double(need.other) / kGiB, double(info_.free_memory) / kGiB,
+          schedule_.chunk.enabled()
+              ? fmt::format("chunk-step buffers for {} prompt tokens {:.2f} GiB, ", schedule_.chunk.tokens, double(need.chunk) / kGiB)
+              : std::string(),
+          double(need.other) / kGiB, double(info_.free_memory) / kGiB,
           schedule_.chunk.enabled() ? " or the chunk size (--chunk-tokens)" : ""));
     // The host holds the RoPE table while uploading it, and the pinned token channel (tokens, times).
     const size_t rope = size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
