@@ -64,9 +64,7 @@ std::string Schedule::describe(const Instr& in) const {
                          uint32_t(in.slot + 1) * kChunkMatrixTokens, in.begin, in.end);
     default: break;
   }
-  std::string where = (in.op == Op::Embed || in.op == Op::LMHead || in.op == Op::Sample)
-                          ? std::string(op_name(in.op))
-                          : fmt::format("layer {} {}", in.layer, op_name(in.op));
+  const std::string where = (in.op == Op::Embed || in.op == Op::LMHead || in.op == Op::Sample) ? std::string(op_name(in.op)) : layer_op;
   switch (in.op) {
     case Op::Attention: return fmt::format("{} (kv group {}, split {})", where, in.begin, in.end);
     case Op::Embed:
