@@ -28,6 +28,21 @@ __device__ void chunk_matrix_tile(MachineT& m, const Instr& in, const uint16_t* 
       [&](int r) { return act + size_t(first + r) * size_t(act_cols); }, count, weight_row, n_valid, K, m.smem,
       [&](int r, int n, float v0, float v1) { epilogue(first + r, n, v0, v1); });
 }
+
+// The residual ops' tile (o_proj, down): residual columns [begin, end) of the tile's tokens += their rows
+// of `act` (K columns used) times the rows [begin, end) of the 16-bit matrix at `weights`.
+template <class MachineT>
+__device__ void chunk_residual_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, uint64_t weights) {
+  const int H = m.p.dims.hidden;
+  float* x = m.p.chunk_x + in.begin;
+  chunk_matrix_tile(
+      m, in, act, act_cols, K, [&](int n) { return m.weight_row(weights, K, int(in.begin) + n); }, int(in.end - in.begin),
+      [&](int t, int n, float v0, float v1) {
+        float2* r = reinterpret_cast<float2*>(x + size_t(t) * size_t(H) + n);
+        const float2 old = load_fresh(r);
+        *r = make_float2(old.x + v0, old.y + v1);
+      });
+}
 #endif
 
 }  // namespace mk::dev

@@ -12,17 +12,7 @@ struct ChunkOProjOp : OpDefaults {
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
     const KernelParams& p = m.p;
-    const ModelDims& d = p.dims;
-    const LayerOffsets& L = p.layers[in.layer];
-    const int K = d.heads * d.head_dim;
-    float* x = p.chunk_x + in.begin;
-    chunk_matrix_tile(
-        m, in, p.chunk_act, p.chunk_act_cols, K, [&](int n) { return m.weight_row(L.wo, K, int(in.begin) + n); }, int(in.end - in.begin),
-        [&](int t, int n, float v0, float v1) {
-          float2* r = reinterpret_cast<float2*>(x + size_t(t) * size_t(d.hidden) + n);
-          const float2 old = load_fresh(r);
-          *r = make_float2(old.x + v0, old.y + v1);
-        });
+    chunk_residual_tile(m, in, p.chunk_act, p.chunk_act_cols, p.dims.heads * p.dims.head_dim, p.layers[in.layer].wo);
   }
 #endif
 };
