@@ -28,11 +28,7 @@ namespace {
 using ::testing::HasSubstr;
 using test::TinyModelSpec;
 
-std::unique_ptr<Model> tiny(const TinyModelSpec& spec, const std::string& tag) {
-  auto dir = test::make_temp_dir(tag);
-  test::write_tiny_model(dir, spec);
-  return load_model(dir);
-}
+using test::load_tiny_model;
 
 GenerateResult greedy(Emulator& emu, std::vector<int32_t> prompt, int n) {
   GenerateRequest req;
@@ -61,7 +57,7 @@ TEST_P(EmulatorVsReference, LogitsAndGreedyTokensMatch) {
   spec.llama3_rope = c.llama3_rope;
   spec.eos = {};  // no EOS: run the full length
   if (c.arch == Arch::Qwen3) spec.head_dim = 32;  // Qwen3's head_dim differs from hidden/heads
-  auto model = tiny(spec, "emu-ref");
+  auto model = load_tiny_model(spec, "emu-ref");
   EmulatorOptions opt;
   opt.num_workgroups = 13;
   opt.context = 64;
@@ -131,7 +127,7 @@ TEST(Emulator, GroupedQueryRatiosAndWorkgroupCounts) {
     spec.kv_heads = kv;
     spec.head_dim = 8;
     spec.eos = {};
-    auto model = tiny(spec, "emu-gqa");
+    auto model = load_tiny_model(spec, "emu-gqa");
     for (int wgs : {1, 5, 132, 304}) {
       SCOPED_TRACE(testing::Message() << heads << " heads, " << kv << " kv heads, " << wgs << " workgroups");
       EmulatorOptions opt;
@@ -149,7 +145,7 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   // their partials: a prompt of 300 tokens activates 3 splits of the 8 this schedule has.
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "emu-long");
+  auto model = load_tiny_model(spec, "emu-long");
   EmulatorOptions opt;
   opt.num_workgroups = 16;
   opt.context = 400;
@@ -165,7 +161,7 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
 TEST(Schedule, StageBarrierScheduleMakesAttentionWaitForEveryGroup) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "emu-flat");
+  auto model = load_tiny_model(spec, "emu-flat");
   const Schedule dataflow = build_schedule(model->config, ScheduleParams{16, 0, false});
   const Schedule flat = build_schedule(model->config, ScheduleParams{16, 0, true});
   const int groups = model->config.num_kv_heads;
@@ -254,7 +250,7 @@ TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
   TinyModelSpec spec;
   spec.arch = Arch::Qwen3;
   spec.eos = {};
-  auto model = tiny(spec, "emu-interleave");
+  auto model = load_tiny_model(spec, "emu-interleave");
   SameAsFirstRun runs(*model, 12);
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     for (uint64_t seed = 1; seed <= (policy == Interleaving::Random ? 6u : 1u); ++seed) {
@@ -276,7 +272,7 @@ TEST(Emulator, EveryInterleavingGivesBitIdenticalResults) {
 TEST(Schedule, PerDomainCountersAreTheStageCountersWithALineEach) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "sched-domains");
+  auto model = load_tiny_model(spec, "sched-domains");
   const Schedule flat = build_schedule(model->config, ScheduleParams{16, 0, false, 1});
   const Schedule grouped = build_schedule(model->config, ScheduleParams{16, 0, false, 5});
   EXPECT_EQ(flat.first_striped_counter, flat.num_counters());
@@ -321,7 +317,7 @@ TEST(Emulator, PerDomainCountersComputeWhatFlatCountersDo) {
   TinyModelSpec spec;
   spec.arch = Arch::Qwen3;
   spec.eos = {};
-  auto model = tiny(spec, "emu-domains");
+  auto model = load_tiny_model(spec, "emu-domains");
   SameAsFirstRun runs(*model, 10);
   for (int domains : {1, 4, 5, 12})
     for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
@@ -361,7 +357,7 @@ std::string run_and_catch(const Model& model, Schedule s, EmulatorOptions opt) {
 
 TEST(DependencyChecker, CatchesAMissingWaitOfOProjOnAttention) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "dep-oproj");
+  auto model = load_tiny_model(spec, "dep-oproj");
   EmulatorOptions opt;
   opt.num_workgroups = 16;
   opt.context = 32;
@@ -387,7 +383,7 @@ TEST(DependencyChecker, CatchesAMissingWaitOfOProjOnAttention) {
 
 TEST(DependencyChecker, CatchesAnAttentionThatWaitsForTooFewQkvBlocks) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "dep-qkv");
+  auto model = load_tiny_model(spec, "dep-qkv");
   EmulatorOptions opt;
   opt.num_workgroups = 24;
   opt.context = 32;
@@ -406,7 +402,7 @@ TEST(DependencyChecker, CatchesAnAttentionThatWaitsForTooFewQkvBlocks) {
 // sum guarantees).
 TEST(DependencyChecker, CatchesAPerDomainWaitOneProducerShort) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "dep-domains");
+  auto model = load_tiny_model(spec, "dep-domains");
   EmulatorOptions opt;
   opt.num_workgroups = 16;
   opt.context = 32;
@@ -437,7 +433,7 @@ TEST(DependencyChecker, CatchesAPerDomainWaitOneProducerShort) {
 TEST(Schedule, HSlicesCountEveryGateUpBlockThatTouchesASlice) {
   TinyModelSpec spec;
   spec.intermediate = 96;
-  auto model = tiny(spec, "sched-slices");
+  auto model = load_tiny_model(spec, "sched-slices");
   for (int domains : {1, 4})
     for (auto [W, cols] : {std::pair{16, 24}, std::pair{7, 40}, std::pair{40, 8}, std::pair{5, 96}, std::pair{5, 200}}) {
       SCOPED_TRACE(fmt::format("{} workgroups, {} columns a slice, {} domains", W, cols, domains));
@@ -480,7 +476,7 @@ TEST(Emulator, HSlicesComputeWhatTheWholeStageWaitDoes) {
   spec.arch = Arch::Qwen2;
   spec.intermediate = 136;
   spec.eos = {};
-  auto model = tiny(spec, "emu-slices");
+  auto model = load_tiny_model(spec, "emu-slices");
   SameAsFirstRun runs(*model, 10);
   for (int cols : {0, 8, 24, 64, 136})
     for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
@@ -510,7 +506,7 @@ ThreeSlices three_slices(const std::string& tag, int workgroups, int context) {
   TinyModelSpec spec;
   spec.intermediate = 96;
   ThreeSlices t;
-  t.model = tiny(spec, tag);
+  t.model = load_tiny_model(spec, tag);
   t.opt.num_workgroups = workgroups;
   t.opt.context = context;
   t.schedule = build_schedule(t.model->config, ScheduleParams{workgroups, 0, false, 1, 32});
@@ -559,7 +555,7 @@ TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {
   // If layer 1's QKV no longer waits for layer 0's down projection, it overwrites nothing it should not,
   // but it reads x while down still writes it: caught as an unordered read of the residual stream.
   TinyModelSpec spec;
-  auto model = tiny(spec, "dep-war");
+  auto model = load_tiny_model(spec, "dep-war");
   EmulatorOptions opt;
   opt.num_workgroups = 8;
   opt.context = 32;
@@ -573,7 +569,7 @@ TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {
 
 TEST(Emulator, ReportsADeadlockNamingTheStuckInstruction) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "deadlock");
+  auto model = load_tiny_model(spec, "deadlock");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 16;
@@ -591,7 +587,7 @@ TEST(Emulator, ReportsADeadlockNamingTheStuckInstruction) {
 TEST(Emulator, ADeadlockIsAStoppedHangThatChangesNothing) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "deadlock-state");
+  auto model = load_tiny_model(spec, "deadlock-state");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 16;
@@ -620,7 +616,7 @@ TEST(Emulator, ADeadlockIsAStoppedHangThatChangesNothing) {
 TEST(Emulator, MultiTurnContinuesFromTheCache) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "multiturn");
+  auto model = load_tiny_model(spec, "multiturn");
   EmulatorOptions opt;
   opt.num_workgroups = 9;
   opt.context = 64;
@@ -643,7 +639,7 @@ TEST(Emulator, MultiTurnContinuesFromTheCache) {
 TEST(Emulator, StopsAtEosMaxTokensAndAFullContext) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "stops");
+  auto model = load_tiny_model(spec, "stops");
   EmulatorOptions opt;
   opt.num_workgroups = 6;
   opt.context = 10;
@@ -661,7 +657,7 @@ TEST(Emulator, StopsAtEosMaxTokensAndAFullContext) {
     EXPECT_EQ(first.stop, StopReason::MaxTokens);
     // Make the second token of that reply an EOS id: generation stops right there.
     spec.eos = {first.tokens[1]};
-    auto model2 = tiny(spec, "stops-eos");
+    auto model2 = load_tiny_model(spec, "stops-eos");
     Emulator emu2(*model2, opt);
     auto r = greedy(emu2, {1, 2}, 8);
     EXPECT_EQ(r.stop, StopReason::Eos);
@@ -671,7 +667,7 @@ TEST(Emulator, StopsAtEosMaxTokensAndAFullContext) {
 
 TEST(Emulator, RejectsAPromptLongerThanTheContext) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "long-prompt");
+  auto model = load_tiny_model(spec, "long-prompt");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 8;
@@ -691,7 +687,7 @@ TEST(Emulator, SeededSamplingIsReproducible) {
   TinyModelSpec spec;
   spec.eos = {};
   spec.weight_scale = 0.02f;  // flatter distributions: sampling has choices
-  auto model = tiny(spec, "sampling");
+  auto model = load_tiny_model(spec, "sampling");
   EmulatorOptions opt;
   opt.num_workgroups = 7;
   opt.context = 64;
@@ -712,7 +708,7 @@ TEST(Emulator, SeededSamplingIsReproducible) {
 TEST(Emulator, CancelStopsAtTheNextToken) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "cancel");
+  auto model = load_tiny_model(spec, "cancel");
   EmulatorOptions opt;
   opt.num_workgroups = 5;
   opt.context = 64;
@@ -740,7 +736,7 @@ TEST(Emulator, AContextTooLargeForTheHostIsRefusedBeforeAllocating) {
   spec.layers = 16;
   spec.kv_heads = 4;
   spec.head_dim = 64;  // q_dim 256 != hidden 64: written to config.json
-  auto model = tiny(spec, "huge-context");
+  auto model = load_tiny_model(spec, "huge-context");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 1 << 24;  // the largest context allowed (runtime/limits.h): 16 x 4 x 64 x 2 bytes x 2 (K, V) a token
@@ -758,7 +754,7 @@ TEST(Emulator, AContextTooLargeForTheHostIsRefusedBeforeAllocating) {
 
 TEST(Emulator, AContextOverTheLimitIsRefused) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "over-limit-context");
+  auto model = load_tiny_model(spec, "over-limit-context");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 2000000000;
@@ -863,7 +859,7 @@ TEST(Emulator, NonFiniteLogitsStopGenerationNamingThePosition) {
 
 TEST(Emulator, InvalidSamplingValuesAreRejectedEvenWhenGreedy) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "bad-sampling");
+  auto model = load_tiny_model(spec, "bad-sampling");
   EmulatorOptions opt;
   opt.num_workgroups = 4;
   opt.context = 32;

@@ -22,11 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 using test::TinyModelSpec;
 
-std::unique_ptr<Model> tiny(const TinyModelSpec& spec, const std::string& tag) {
-  auto dir = test::make_temp_dir(tag);
-  test::write_tiny_model(dir, spec);
-  return load_model(dir);
-}
+using test::load_tiny_model;
 
 std::vector<int32_t> prompt_of(int n, int vocab) {
   std::vector<int32_t> p;
@@ -43,7 +39,7 @@ GenerateResult greedy(Emulator& emu, const std::vector<int32_t>& prompt, int n) 
 
 TEST(ChunkSchedule, StagesCoverTheirOutputsOnceAndWaitForTheWholePreviousStage) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "chunk-sched");
+  auto model = load_tiny_model(spec, "chunk-sched");
   const ModelConfig& c = model->config;
   const int C = 300, W = 13;
   const Schedule s = build_schedule(c, ScheduleParams{W, 0, false, 1, 0, C});
@@ -105,7 +101,7 @@ TEST(ChunkSchedule, StagesCoverTheirOutputsOnceAndWaitForTheWholePreviousStage) 
 
 TEST(ChunkSchedule, PlanningChecksTheModelAndTheSize) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "chunk-plan");
+  auto model = load_tiny_model(spec, "chunk-plan");
   EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::BF16, -1, 64), 64);
   EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::BF16, -1, 4096), 1024);
   EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::F16, 100, 4096), 100);
@@ -137,7 +133,7 @@ TEST_P(PrefillVsReference, LastPositionLogitsAndContinuation) {
   spec.eos = {};
   spec.max_position = 8192;
   if (pc.arch == Arch::Qwen3) spec.head_dim = 32;
-  auto model = tiny(spec, "prefill-ref");
+  auto model = load_tiny_model(spec, "prefill-ref");
   const auto prompt = prompt_of(pc.prompt, model->config.vocab_size);
   const int n = 6;
   EmulatorOptions opt;
@@ -193,7 +189,7 @@ INSTANTIATE_TEST_SUITE_P(PromptLengthsAndChunkSizes, PrefillVsReference,
 TEST(Prefill, IsTheDefaultAndEveryInterleavingGivesTheSameTokens) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "prefill-default");
+  auto model = load_tiny_model(spec, "prefill-default");
   const auto prompt = prompt_of(40, model->config.vocab_size);
   std::vector<int32_t> first;
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
@@ -215,7 +211,7 @@ TEST(Prefill, IsTheDefaultAndEveryInterleavingGivesTheSameTokens) {
 TEST(Prefill, MultiTurnPrefillsTheNewTurnAfterTheCache) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "prefill-turns");
+  auto model = load_tiny_model(spec, "prefill-turns");
   EmulatorOptions opt;
   opt.num_workgroups = 7;
   opt.context = 200;
@@ -239,7 +235,7 @@ TEST(Prefill, MultiTurnPrefillsTheNewTurnAfterTheCache) {
 
 TEST(DependencyChecker, CatchesAChunkAttentionThatDoesNotWaitForRope) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "chunk-dep");
+  auto model = load_tiny_model(spec, "chunk-dep");
   EmulatorOptions opt;
   opt.num_workgroups = 12;
   opt.context = 64;
@@ -262,7 +258,7 @@ TEST(DependencyChecker, CatchesAChunkAttentionThatDoesNotWaitForRope) {
 
 TEST(Emulator, ReportsADeadlockInAChunkStep) {
   TinyModelSpec spec;
-  auto model = tiny(spec, "chunk-deadlock");
+  auto model = load_tiny_model(spec, "chunk-deadlock");
   EmulatorOptions opt;
   opt.num_workgroups = 6;
   opt.context = 64;

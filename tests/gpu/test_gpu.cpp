@@ -22,11 +22,7 @@ namespace {
 
 using test::TinyModelSpec;
 
-std::unique_ptr<Model> tiny(const TinyModelSpec& spec, const std::string& tag) {
-  auto dir = test::make_temp_dir(tag);
-  test::write_tiny_model(dir, spec);
-  return load_model(dir);
-}
+using test::load_tiny_model;
 
 GenerateResult run(DecodeBackend& b, std::vector<int32_t> prompt, int n, SamplingParams s = {}) {
   GenerateRequest req;
@@ -105,7 +101,7 @@ std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   spec.llama3_rope = spec.arch == Arch::Llama;
   spec.eos = {};
   if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
-  if (c.dtype != DType::F8_E4M3 && c.dtype != DType::U4) return tiny(spec, tag);
+  if (c.dtype != DType::F8_E4M3 && c.dtype != DType::U4) return load_tiny_model(spec, tag);
   spec.dtype = c.fp16 ? DType::F16 : DType::BF16;
   spec.hidden = 256, spec.intermediate = c.dtype == DType::U4 ? 352 : 336, spec.head_dim = 64;
   const auto dir = test::make_temp_dir(tag);
@@ -242,7 +238,7 @@ TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
   // (16) takes the warp path's FMA form.
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "gpu-long");
+  auto model = load_tiny_model(spec, "gpu-long");
   expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles, AttentionPath::WarpChunks}, "head_dim 16, 2 heads a kv head");
 }
 
@@ -259,7 +255,7 @@ TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
     spec.heads = shape.heads;
     spec.kv_heads = shape.kv_heads;
     spec.head_dim = shape.head_dim;
-    auto model = tiny(spec, "gpu-long-mma");
+    auto model = load_tiny_model(spec, "gpu-long-mma");
     expect_long_prompt_matches_emulator(*model, {AttentionPath::WarpChunks},
                                         fmt::format("head_dim {}, {} heads a kv head", shape.head_dim, shape.heads / shape.kv_heads));
   }
@@ -287,7 +283,7 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
     spec.dtype = sh.dtype;
     spec.max_position = 8192;
     spec.eos = {};
-    auto model = tiny(spec, "gpu-prefill");
+    auto model = load_tiny_model(spec, "gpu-prefill");
     const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}", arch_name(sh.arch), sh.head_dim, sh.heads,
                                           sh.kv_heads, dtype_name(sh.dtype));
     struct Run {
@@ -359,7 +355,7 @@ TEST(Gpu, TransformersFixturesGreedyAndLogits) {
 TEST(Gpu, MultiTurnMatchesEmulator) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "gpu-turns");
+  auto model = load_tiny_model(spec, "gpu-turns");
   GpuOptions gopt;
   gopt.context = 128;
   auto gpu = create_gpu_backend(*model, gopt);
@@ -376,7 +372,7 @@ TEST(Gpu, SeededSamplingIsReproducible) {
   TinyModelSpec spec;
   spec.eos = {};
   spec.weight_scale = 0.02f;
-  auto model = tiny(spec, "gpu-sampling");
+  auto model = load_tiny_model(spec, "gpu-sampling");
   GpuOptions gopt;
   gopt.context = 128;
   auto gpu = create_gpu_backend(*model, gopt);
@@ -405,7 +401,7 @@ TEST(Gpu, SeededSamplingIsReproducible) {
 TEST(Gpu, StopsCancelsAndRejectsCleanly) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "gpu-stops");
+  auto model = load_tiny_model(spec, "gpu-stops");
   GpuOptions gopt;
   gopt.context = 12;
   auto gpu = create_gpu_backend(*model, gopt);
@@ -437,7 +433,7 @@ TEST(Gpu, OutOfMemoryIsAClearError) {
   spec.layers = 16;
   spec.kv_heads = 4;
   spec.head_dim = 64;
-  auto model = tiny(spec, "gpu-oom");
+  auto model = load_tiny_model(spec, "gpu-oom");
   GpuOptions gopt;
   gopt.context = 1 << 24;  // the largest context allowed, and a 256 GiB KV cache no GPU has room for
   try {
@@ -456,7 +452,7 @@ TEST(Gpu, OutOfMemoryIsAClearError) {
 TEST(Gpu, APlantedHangIsAnErrorAndTheBackendRecovers) {
   TinyModelSpec spec;
   spec.eos = {};
-  auto model = tiny(spec, "gpu-watchdog");
+  auto model = load_tiny_model(spec, "gpu-watchdog");
   GpuOptions gopt;
   gopt.context = 32;
   gopt.watchdog_seconds = 1.0;

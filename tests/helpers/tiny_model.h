@@ -1,6 +1,10 @@
 // Tests build their models with runtime/synthetic_model.h; these names keep the tests short.
 #pragma once
 
+#include <memory>
+#include <string>
+
+#include "runtime/model.h"
 #include "runtime/synthetic_model.h"
 
 namespace mk::test {
@@ -10,4 +14,11 @@ using synthetic::TensorBytes;
 using synthetic::TinyModelSpec;
 using synthetic::write_safetensors;
 using synthetic::write_tiny_model;
+
+// A tiny random model of `spec`, written to a fresh temporary directory (named after `tag`) and loaded.
+inline std::unique_ptr<Model> load_tiny_model(const TinyModelSpec& spec, const std::string& tag) {
+  const auto dir = make_temp_dir(tag);
+  write_tiny_model(dir, spec);
+  return load_model(dir);
+}
 }  // namespace mk::test
