@@ -208,6 +208,10 @@ int run(int argc, char** argv) {
   app.add_option("--slot-kib", slot_kib, "KiB per weight-stream slot (0: the default)")->capture_default_str();
   app.add_option("--early", early, "weight chunks issued before an instruction's inputs are ready (-1: all slots)")
       ->capture_default_str();
+  int workgroups = 0;
+  app.add_option("--workgroups", workgroups, "workgroups of the persistent launch, one per SM (0: every SM)")
+      ->capture_default_str()
+      ->check(mk::cli::int_range(0, 100000));
   std::string workgroups_csv;
   app.add_option("--profile-csv", workgroups_csv,
                  "with --profile: write each workgroup's SM/CU and exec / wait per instruction kind to this CSV file");
@@ -257,6 +261,7 @@ int run(int argc, char** argv) {
   opt.stream_slots = stream_slots;
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
+  opt.workgroups = workgroups;
   opt.stream_slot_kib = slot_kib;
   opt.attention_path = attention_path == "tiles"   ? mk::AttentionPath::Tiles
                        : attention_path == "warps" ? mk::AttentionPath::WarpChunks

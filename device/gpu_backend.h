@@ -31,6 +31,9 @@ struct GpuOptions {
   // hw_id_group_table of the probed map; empty: workgroup w takes domain w % sync_domains.
   int sync_domains = 1;
   std::vector<int> unit_domain;
+  // Workgroups of the persistent launch, one per SM/CU; 0: every SM/CU. Fewer leave SMs idle (e.g. to
+  // measure what a design that takes SMs from the weight stream would cost).
+  int workgroups = 0;
   // No workgroup progressing for this long: the launch is aborted (device/launch_abort.h) and generate()
   // throws HangError naming the stuck instructions. The kernel then has abort_grace_seconds to leave;
   // if it does, the backend is usable again (HangError::stopped()), else it is given up.

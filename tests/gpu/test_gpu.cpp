@@ -154,6 +154,7 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
       gopt.stream_lookahead = 3;
       gopt.stream_early = -1;
     }
+    if (variant == 3) gopt.workgroups = 37;  // fewer workgroups than SMs, an odd count
     if (variant == 4) gopt.sync_domains = 5;
     if (variant == 2 || variant == 4) gopt.attention_path = AttentionPath::WarpChunks;
     if (variant == 5) {
@@ -411,6 +412,9 @@ TEST(Gpu, StopsCancelsAndRejectsCleanly) {
   EXPECT_THROW(run(*gpu, {5}, 1), Error);
   gpu->reset();
   EXPECT_THROW(run(*gpu, std::vector<int32_t>(13, 1), 1), Error);
+  GpuOptions too_many;
+  too_many.workgroups = 100000;
+  EXPECT_THROW(create_gpu_backend(*model, too_many), Error);
 
   GpuOptions big;
   big.context = 4096;
