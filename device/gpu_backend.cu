@@ -136,7 +136,8 @@ class MonokernelBackend final : public GpuBackend {
     if (opt.workgroups < 0 || opt.workgroups > info_.sm_count)
       fail("workgroups must be between 1 and the GPU's {} SMs/CUs, or 0 for all (got {})", info_.sm_count, opt.workgroups);
     layout_ = plan_weight_layout(model);
-    schedule_ = build_schedule(cfg_, ScheduleParams{opt.workgroups > 0 ? opt.workgroups : info_.sm_count, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
+    const int workgroups = opt.workgroups > 0 ? opt.workgroups : info_.sm_count;
+    schedule_ = build_schedule(cfg_, ScheduleParams{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
                                                     plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)});
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
