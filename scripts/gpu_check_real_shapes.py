@@ -9,7 +9,10 @@ run transformers in float32 on the GPU on the same bf16 weights (reloaded), and 
     below 2%, or below twice transformers' own bf16 forward's error at that position (chunk steps
     multiply 16-bit activations, as a bf16 forward does), which is reported beside it;
   - 32 greedy tokens after the 2048-token prompt (prefilled in chunks of 1,024) (a difference where transformers' top two logits are
-    within rounding is reported as such, not failed).
+    within rounding is reported as such, not failed);
+  - and the same at the Llama-3.2-1B shape for a 12,000-token prompt (case llama-3.2-1b-12k: positions 0,
+    4,095 and 11,999, then 16 greedy tokens; transformers' fp32 reference with SDPA attention, whose eager
+    form would hold a 12,000 x 12,000 score matrix per head).
 Then the model shipped in models/pystdlib-6m (trained weights, issue 16), for two prompts tokenized by
 transformers (a Python text prompt and a chat turn through its chat template):
   - 256 greedy tokens of our kernel, EOS ignored; transformers runs on the prompt followed by those tokens
@@ -48,6 +51,9 @@ SHAPES = {
         rope_theta=1000000.0, attention_bias=False)),
 }
 POSITIONS = [0, 1, 100, 1000, 2047]
+# A long prompt (issue 13: "a 12,000-token prompt"): the Llama-3.2-1B shape, 12,000 tokens prefilled in chunks
+# of 1,024 from positions 1 and 4,096 on, which takes attention's long-context (warp) path in the token steps.
+LONG = {"llama-3.2-1b-12k": ("llama-3.2-1b", [0, 4095, 11999], 16)}
 
 
 def random_model(name, seed):
@@ -135,31 +141,33 @@ def check_shipped(bindir):
 
 def main(bindir, outdir, cases):
     os.makedirs(outdir, exist_ok=True)
-    unknown = [c for c in cases if c not in SHAPES and c != SHIPPED]
+    runs = [(name, name, POSITIONS, GREEDY, "eager") for name in SHAPES]
+    runs += [(name, shape, positions, greedy, "sdpa") for name, (shape, positions, greedy) in LONG.items()]
+    unknown = [c for c in cases if c not in [r[0] for r in runs] and c != SHIPPED]
     if unknown:
-        raise SystemExit(f"unknown case(s) {unknown}; known: {list(SHAPES) + [SHIPPED]}")
+        raise SystemExit(f"unknown case(s) {unknown}; known: {[r[0] for r in runs] + [SHIPPED]}")
     summary, ok = {}, True
-    for seed, name in enumerate(SHAPES, start=1):
+    for seed, (name, shape, positions, greedy, ref_attention) in enumerate(runs, start=1):
         if cases and name not in cases:
             continue
-        cfg, model_cls, model = random_model(name, seed)
+        cfg, model_cls, model = random_model(shape, seed)
         d = os.path.join("/tmp", "mk_real_" + name)
         model.save_pretrained(d, safe_serialization=True)
         del model
         g = torch.Generator().manual_seed(100 + seed)
-        tokens = torch.randint(3, cfg.vocab_size, (POSITIONS[-1] + 1,), generator=g).tolist()
+        tokens = torch.randint(3, cfg.vocab_size, (positions[-1] + 1,), generator=g).tolist()
         req = os.path.join("/tmp", name + "_req.json")
         with open(req, "w") as f:
-            json.dump({"tokens": tokens, "positions": POSITIONS, "greedy_steps": GREEDY}, f)
+            json.dump({"tokens": tokens, "positions": positions, "greedy_steps": greedy}, f)
         ours_path = os.path.join("/tmp", name + "_ours.json")
         subprocess.run([os.path.join(bindir, "gpu_logits_dump"), d, req, ours_path], check=True)
         ours = json.load(open(ours_path))
 
-        ref = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").cuda().eval()
+        ref = model_cls.from_pretrained(d, dtype=torch.float32, attn_implementation=ref_attention).cuda().eval()
         with torch.no_grad():
             ids = torch.tensor([tokens], device="cuda")
             logits = ref(ids).logits[0].float()
-            gen = ref.generate(ids, max_new_tokens=GREEDY, min_new_tokens=GREEDY, do_sample=False,
+            gen = ref.generate(ids, max_new_tokens=greedy, min_new_tokens=greedy, do_sample=False,
                                output_scores=True, return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
         hf_greedy = gen.sequences[0, len(tokens):].tolist()
         margins = [float(torch.topk(s[0].float(), 2).values.diff().abs()) for s in gen.scores]
