@@ -485,6 +485,7 @@ class MonokernelBackend final : public GpuBackend {
     p.stream_lookahead = uint32_t(std::max(0, opt_.stream_lookahead));
     p.stream_early = opt_.stream_early < 0 ? stream_slots_ : uint32_t(opt_.stream_early);
     p.dims = dims();
+    plan_op_streams(p.dims, stream_slots_ ? stream_slot_bytes_ : 0u, p.op_streams);
     p.context = opt_.context;
     const size_t n_eos = std::min<size_t>(cfg_.eos_token_ids.size(), dev::kMaxEosIds);
     for (size_t i = 0; i < n_eos; ++i) p.eos[i] = cfg_.eos_token_ids[i];

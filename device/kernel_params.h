@@ -35,6 +35,18 @@ MK_HD_INLINE int attention_tile_positions(int head_dim) {
   return t > 128 ? 128 : t;
 }
 
+// What a token-step op streams through the weight stream (KernelParams::op_streams; built on the host by
+// plan_op_streams from the op's gemv()): for each part, where its matrix is found (a byte offset into a
+// layer's LayerOffsets, or kHeadMatrix: the LM head), and the rows' shape. The weight stream's bookkeeping
+// on thread 0, between one instruction's signal and the next one's first chunk, finds a shape here rather
+// than in a switch over every op (stream_shape in device/weight_stream.h).
+inline constexpr uint16_t kHeadMatrix = 0xffff;
+struct OpStream {
+  uint16_t matrix_field[2];
+  uint32_t parts;  // 0: the op streams no weights
+  uint32_t cols, row_bytes, rows_per_chunk;
+};
+
 struct ModelDims {
   int hidden, intermediate, layers, heads, kv_heads, head_dim, group_size, vocab;
   int qkv_rows, qkv_group_rows, attention_splits, lm_head_slots;
@@ -263,6 +275,8 @@ struct KernelParams {
   // in `chunks` steps); token step 0 then runs at position `start`.
   const int32_t* chunk_tokens;
   int chunk_start, chunk_count, chunks;
+  // Indexed by Op. At the end: fields placed among the others have made kernels spill.
+  OpStream op_streams[kNumStepOps];
 };
 
 }  // namespace mk::dev

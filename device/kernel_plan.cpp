@@ -1,8 +1,10 @@
 #include "device/kernel_plan.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "device/ops/ops.h"
+#include "runtime/error.h"
 
 namespace mk::dev {
 
@@ -34,6 +36,38 @@ size_t longest_gemv_row_bytes(const ModelDims& d) {
     if (g.parts > 0) longest = std::max(longest, size_t(g.parts) * size_t(matrix_row_bytes(g.format, g.cols)));
   }
   return longest;
+}
+
+void plan_op_streams(const ModelDims& d, uint32_t stream_slot_bytes, OpStream (&out)[kNumStepOps]) {
+  constexpr uint64_t kFieldMark = uint64_t(1) << 40, kHeadMark = uint64_t(1) << 41;
+  constexpr int kFields = int(sizeof(LayerOffsets) / sizeof(uint64_t));
+  static_assert(sizeof(LayerOffsets) == kFields * sizeof(uint64_t), "LayerOffsets holds only 64-bit offsets");
+  uint64_t marks[kFields];
+  for (int f = 0; f < kFields; ++f) marks[f] = kFieldMark + uint64_t(f) * sizeof(uint64_t);
+  LayerOffsets probe;
+  std::memcpy(&probe, marks, sizeof(probe));
+  for (int op = 0; op < kNumStepOps; ++op) {
+    Instr in;
+    in.op = Op(op);
+    const GemvMatrices g = op_gemv(in, d, probe, kHeadMark);
+    OpStream& o = out[op];
+    o = OpStream{};
+    o.parts = uint32_t(g.parts);
+    if (g.parts == 0) continue;
+    for (int k = 0; k < g.parts; ++k) {
+      const uint64_t m = g.matrix[k];
+      if (m == kHeadMark) {
+        o.matrix_field[k] = kHeadMatrix;
+      } else if (m >= kFieldMark && m < kFieldMark + sizeof(LayerOffsets) && (m - kFieldMark) % sizeof(uint64_t) == 0) {
+        o.matrix_field[k] = uint16_t(m - kFieldMark);
+      } else {
+        fail("op {}: its weight matrix {} is neither a LayerOffsets field nor the LM head", op_name(Op(op)), k);
+      }
+    }
+    o.cols = uint32_t(g.cols);
+    o.row_bytes = uint32_t(matrix_row_bytes(g.format, g.cols));
+    o.rows_per_chunk = stream_slot_bytes ? stream_slot_bytes / (uint32_t(g.parts) * o.row_bytes) : 1u;
+  }
 }
 
 StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_t max_smem, size_t static_smem,

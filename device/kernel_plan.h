@@ -33,6 +33,12 @@ struct StreamPlan {
   size_t smem_bytes = 0;     // dynamic shared memory in all (activation area, then the ring)
 };
 
+// KernelParams::op_streams: what each token-step op streams, from its gemv(), with chunks of
+// `stream_slot_bytes` (0: no stream; then one row a chunk). Each matrix an op names must be a field of
+// LayerOffsets or the LM head (found by calling gemv() with every field set to a value of its own);
+// anything else is an error naming the op.
+void plan_op_streams(const ModelDims& d, uint32_t stream_slot_bytes, OpStream (&out)[kNumStepOps]);
+
 // The weight stream's ring after the activation area, in the shared memory left over (`max_smem` per
 // workgroup, of which the kernel's static variables take `static_smem`): as many slots as fit, at most
 // kMaxStreamSlots and at most `requested_slots` (-1: no cap, 0: no stream), each holding at least one row

@@ -80,9 +80,28 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   return true;
 }
 
+// The same shape from the host's table (KernelParams::op_streams), for the stream's bookkeeping on thread
+// 0, where the op is not known at compile time: a table entry instead of a switch over every op. (Inside
+// an op's body, gemv_shape's switch folds to that op's case, and the table's loads cost registers.)
+__device__ inline bool stream_shape(const KernelParams& p, const Instr& in, GemvShape* s) {
+  if (unsigned(in.op) >= unsigned(kNumStepOps)) return false;
+  const OpStream& o = p.op_streams[unsigned(in.op)];
+  if (o.parts == 0) return false;
+  const uint8_t* layer = reinterpret_cast<const uint8_t*>(p.layers + in.layer);
+  for (uint32_t k = 0; k < 2; ++k)
+    s->matrix[k] = k >= o.parts ? 0 : o.matrix_field[k] == kHeadMatrix ? p.lm_head : *reinterpret_cast<const uint64_t*>(layer + o.matrix_field[k]);
+  s->parts = int(o.parts);
+  s->cols = int(o.cols);
+  s->row_bytes = int(o.row_bytes);
+  s->rows_per_chunk = int(o.rows_per_chunk);
+  s->begin = in.begin;
+  s->end = in.end;
+  return true;
+}
+
 // Chunks an instruction streams at `step`, with its shape in `s` (none when its op is inactive then).
 __device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step, GemvShape* s) {
-  if (!gemv_shape(p, in, s)) return 0;
+  if (!stream_shape(p, in, s)) return 0;
   if (!op_active(in, int(step), p.ingest)) return 0;
   return s->chunks();
 }

@@ -41,6 +41,7 @@ enum class Op : uint8_t { MK_FOR_EACH_OP(MK_OP_ENUM) };
 #undef MK_OP_ENUM
 #define MK_OP_COUNT(E, name) +1
 inline constexpr int kNumOps = 0 MK_FOR_EACH_OP(MK_OP_COUNT);
+inline constexpr int kNumStepOps = 0 MK_FOR_EACH_STEP_OP(MK_OP_COUNT);  // the first kNumStepOps of Op
 #undef MK_OP_COUNT
 const char* op_name(Op op);
 

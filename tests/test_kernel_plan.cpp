@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include "device/kernel_plan.h"
@@ -69,6 +70,50 @@ TEST(KernelPlan, WeightStreamSlotsAsRecordedOnHopper) {
     EXPECT_EQ(s.smem_bytes, size_t(s.ring_offset) + size_t(s.slots) * s.slot_bytes);
     EXPECT_LE(s.smem_bytes + kStaticSmem, kHopperMaxSmem);
   }
+}
+
+TEST(KernelPlan, OpStreamsNameEachOpsMatricesAndRows) {
+  // Llama-3.2-1B, bf16, 48 KiB slots: the matrices each op streams (docs/weight_layout.md) and its rows:
+  // qkv 3072 x 2048, o_proj 2048 x 2048, gate and up 8192 x 2048 each, down 2048 x 8192, the LM head
+  // 128256 x 2048; a chunk holds as many whole rows of every part as fit in a slot.
+  const Planned p = plan_for("llama-3.2-1b");
+  dev::OpStream s[kNumStepOps];
+  dev::plan_op_streams(p.dims, 48 * 1024, s);
+  struct Want {
+    Op op;
+    size_t field0, field1;  // offsetof in LayerOffsets, or ~0: the LM head / no second part
+    uint32_t parts, cols, row_bytes, rows_per_chunk;
+  };
+  constexpr size_t kHead = ~size_t(0), kNone = ~size_t(0) - 1;
+  const Want want[] = {{Op::QKV, offsetof(LayerOffsets, wqkv), kNone, 1, 2048, 4096, 12},
+                       {Op::OProj, offsetof(LayerOffsets, wo), kNone, 1, 2048, 4096, 12},
+                       {Op::GateUp, offsetof(LayerOffsets, w_gate), offsetof(LayerOffsets, w_up), 2, 2048, 4096, 6},
+                       {Op::Down, offsetof(LayerOffsets, w_down), kNone, 1, 8192, 16384, 3},
+                       {Op::LMHead, kHead, kNone, 1, 2048, 4096, 12}};
+  for (const Want& w : want) {
+    SCOPED_TRACE(op_name(w.op));
+    const dev::OpStream& o = s[int(w.op)];
+    EXPECT_EQ(o.parts, w.parts);
+    EXPECT_EQ(o.cols, w.cols);
+    EXPECT_EQ(o.row_bytes, w.row_bytes);
+    EXPECT_EQ(o.rows_per_chunk, w.rows_per_chunk);
+    EXPECT_EQ(o.matrix_field[0], w.field0 == kHead ? dev::kHeadMatrix : uint16_t(w.field0));
+    if (w.field1 != kNone) {
+      EXPECT_EQ(o.matrix_field[1], uint16_t(w.field1));
+    }
+  }
+  for (Op op : {Op::Embed, Op::Attention, Op::Sample}) EXPECT_EQ(s[int(op)].parts, 0u) << op_name(op);
+  // Without a stream every chunk is one row.
+  dev::plan_op_streams(p.dims, 0, s);
+  EXPECT_EQ(s[int(Op::GateUp)].rows_per_chunk, 1u);
+  // A quantized model's 16-bit head: the head's rows are bf16, the layers' int4 (4 bits and a scale and a
+  // zero point per 128 columns: 2048 / 2 + 16 * 5 bytes).
+  ModelConfig cfg = preset_config("llama-3.2-1b");
+  const WeightLayout layout = plan_weight_layout(cfg, MatrixFormat::INT4, MatrixFormat::BF16);
+  const dev::ModelDims d = dev::model_dims(cfg, layout, p.schedule);
+  dev::plan_op_streams(d, 48 * 1024, s);
+  EXPECT_EQ(s[int(Op::LMHead)].row_bytes, 4096u);
+  EXPECT_EQ(s[int(Op::QKV)].row_bytes, 1024u + 16u * 5u);
 }
 
 TEST(KernelPlan, AttentionWarpPathCostsTheWeightStreamNoSlot) {
