@@ -66,6 +66,7 @@ void plan_op_streams(const ModelDims& d, uint32_t stream_slot_bytes, OpStream (&
     }
     o.cols = uint32_t(g.cols);
     o.row_bytes = uint32_t(matrix_row_bytes(g.format, g.cols));
+    // The same rule as gemv_shape's (device/weight_stream.h), which the kernel's ops use.
     o.rows_per_chunk = stream_slot_bytes ? stream_slot_bytes / (uint32_t(g.parts) * o.row_bytes) : 1u;
   }
 }

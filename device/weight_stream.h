@@ -74,6 +74,8 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   s->parts = g.parts;
   s->cols = g.cols;
   s->row_bytes = matrix_row_bytes(g.format, g.cols);
+  // The same rule as plan_op_streams' (device/kernel_plan.cpp); one shared helper measured 0.2-0.4%
+  // slower through the binary's layout (docs/log.md, eighteenth session).
   s->rows_per_chunk = p.stream_slots ? int(p.stream_slot_bytes) / (g.parts * s->row_bytes) : 1;
   s->begin = in.begin;
   s->end = in.end;
