@@ -212,6 +212,15 @@ int run(int argc, char** argv) {
   app.add_option("--workgroups", workgroups, "workgroups of the persistent launch, one per SM (0: every SM)")
       ->capture_default_str()
       ->check(mk::cli::int_range(0, 100000));
+  int narrow = mk::GpuOptions{}.narrow_workgroups;
+  std::string narrow_ops = "qkv,o_proj";
+  app.add_option("--narrow", narrow,
+                 "cut the row stages of --narrow-ops into this many blocks instead of one per workgroup (-1: the latency-bound "
+                 "stages on half the workgroups, as the engine plans them; 0: none)")
+      ->capture_default_str()
+      ->check(mk::cli::int_range(-1, 100000));
+  app.add_option("--narrow-ops", narrow_ops, "the stages --narrow applies to (comma-separated: qkv, o_proj, gate_up, down)")
+      ->capture_default_str();
   std::string workgroups_csv;
   app.add_option("--profile-csv", workgroups_csv,
                  "with --profile: write each workgroup's SM/CU and exec / wait per instruction kind to this CSV file");
@@ -262,6 +271,16 @@ int run(int argc, char** argv) {
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
   opt.workgroups = workgroups;
+  opt.narrow_workgroups = narrow;
+  for (size_t at = 0; narrow > 0 && at <= narrow_ops.size();) {
+    const size_t end = std::min(narrow_ops.find(',', at), narrow_ops.size());
+    const std::string name = narrow_ops.substr(at, end - at);
+    bool found = false;
+    for (int k = 0; k < mk::kNumOps; ++k)
+      if (name == mk::op_name(mk::Op(k))) opt.narrow_ops |= mk::op_bit(mk::Op(k)), found = true;
+    if (!found) mk::fail("--narrow-ops {}: no stage named '{}' (qkv, o_proj, gate_up, down)", narrow_ops, name);
+    at = end + 1;
+  }
   opt.stream_slot_kib = slot_kib;
   opt.attention_path = attention_path == "tiles"   ? mk::AttentionPath::Tiles
                        : attention_path == "warps" ? mk::AttentionPath::WarpChunks
@@ -382,6 +401,7 @@ int run(int argc, char** argv) {
     j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;
+    j["narrow"] = {{"workgroups", gpu->schedule().narrow_workgroups}, {"ops", mk::op_names(gpu->schedule().narrow_ops)}};
     for (const auto& r : results) {
       nlohmann::json d = {{"depth", r.depth},          {"ms_per_token", r.ms_per_token}, {"median_ms", r.median_ms},
                           {"tok_per_s", 1e3 / r.median_ms}, {"bytes_per_token", r.bytes_per_token},

@@ -137,8 +137,13 @@ class MonokernelBackend final : public GpuBackend {
       fail("workgroups must be between 1 and the GPU's {} SMs/CUs, or 0 for all (got {})", info_.sm_count, opt.workgroups);
     layout_ = plan_weight_layout(model);
     const int workgroups = opt.workgroups > 0 ? opt.workgroups : info_.sm_count;
-    schedule_ = build_schedule(cfg_, ScheduleParams{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
-                                                    plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)});
+    if (opt.narrow_workgroups < -1 || opt.narrow_workgroups > workgroups)
+      fail("narrow stages need between 1 and the {} workgroups, 0 for none or -1 for the engine's plan (got {})", workgroups,
+           opt.narrow_workgroups);
+    ScheduleParams sp{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
+                      plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)};
+    if (opt.narrow_workgroups > 0) sp.narrow_workgroups = opt.narrow_workgroups, sp.narrow_ops = opt.narrow_ops;
+    schedule_ = build_schedule(cfg_, sp);
     const bool grouped = schedule_.sync_domains > 1;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
       fail("attention's warp path needs head_dim / 8 to be a power of two and query heads per kv head x head_dim "
@@ -147,6 +152,17 @@ class MonokernelBackend final : public GpuBackend {
     // The streamed kernel for planning the shared memory (its static part is the largest); the final
     // choice follows the plan.
     kernel_ = dev::monokernel_entry(layout_.format, true, opt.profile, grouped, false);
+    int max_smem = 0;
+    MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
+    if (opt.narrow_workgroups < 0) {  // the latency-bound row stages on half the workgroups, where they fit
+      smem_bytes_ = dev::activation_smem_bytes(schedule_, dims());
+      plan_weight_stream(size_t(max_smem));
+      sp.narrow_ops = dev::plan_narrow_stages(schedule_, dims(), size_t(stream_slots_) * stream_slot_bytes_);
+      if (sp.narrow_ops != 0) {
+        sp.narrow_workgroups = workgroups / 2;
+        schedule_ = build_schedule(cfg_, sp);
+      }
+    }
     for (size_t u = 0; u < opt.unit_domain.size(); ++u)
       if (opt.unit_domain[u] < -1 || opt.unit_domain[u] >= opt.sync_domains)
         fail("sync domains: hardware unit {} is mapped to domain {}, outside 0..{}", u, opt.unit_domain[u], opt.sync_domains - 1);
@@ -157,8 +173,6 @@ class MonokernelBackend final : public GpuBackend {
         fail("debug_edit_schedule: with debug_edit_launches the edit must keep the instruction lists' lengths");
     }
     smem_bytes_ = dev::activation_smem_bytes(schedule_, dims());
-    int max_smem = 0;
-    MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
     plan_weight_stream(size_t(max_smem));
@@ -267,8 +281,10 @@ class MonokernelBackend final : public GpuBackend {
   int position() const override { return position_; }
   int context() const override { return opt_.context; }
   std::string name() const override {
-    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads, {}, {})", info_.name, schedule_.num_workgroups,
-                       dev::kThreads, stream_description(), sync_description());
+    return fmt::format("gpu monokernel on {} ({} workgroups x {} threads, {}, {}{})", info_.name, schedule_.num_workgroups,
+                       dev::kThreads, stream_description(), sync_description(),
+                       schedule_.narrow_ops ? fmt::format(", {} on {} workgroups", op_names(schedule_.narrow_ops), schedule_.narrow_workgroups)
+                                            : std::string());
   }
   std::string sync_description() const {
     if (schedule_.sync_domains <= 1) return "flat counters";

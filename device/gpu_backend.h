@@ -34,6 +34,11 @@ struct GpuOptions {
   // Workgroups of the persistent launch, one per SM/CU; 0: every SM/CU. Fewer leave SMs idle (e.g. to
   // measure what a design that takes SMs from the weight stream would cost).
   int workgroups = 0;
+  // Row stages cut into fewer blocks than workgroups (ScheduleParams::narrow_workgroups, narrow_ops).
+  // -1: the stages device/kernel_plan.h's plan_narrow_stages picks, on half the workgroups (none without
+  // the weight stream); 0: none; N: the stages in narrow_ops (op_bit) in N blocks.
+  int narrow_workgroups = -1;
+  uint32_t narrow_ops = 0;
   // No workgroup progressing for this long: the launch is aborted (device/launch_abort.h) and generate()
   // throws HangError naming the stuck instructions. The kernel then has abort_grace_seconds to leave;
   // if it does, the backend is usable again (HangError::stopped()), else it is given up.

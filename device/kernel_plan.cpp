@@ -38,6 +38,23 @@ size_t longest_gemv_row_bytes(const ModelDims& d) {
   return longest;
 }
 
+uint32_t plan_narrow_stages(const Schedule& schedule, const ModelDims& d, size_t ring_bytes) {
+  const size_t half = size_t(schedule.num_workgroups / 2);
+  if (ring_bytes == 0 || half == 0) return 0;
+  uint32_t ops = 0;
+  for (Op op : {Op::QKV, Op::OProj, Op::GateUp, Op::Down}) {
+    size_t rows = 0;  // of one layer's stage, as the schedule cut it
+    for (const Instr& in : schedule.instrs)
+      if (in.op == op && in.layer == 0) rows += in.end - in.begin;
+    Instr probe{};
+    probe.op = op;
+    const GemvMatrices g = op_gemv(probe, d, LayerOffsets{}, 0);
+    const size_t bytes16 = rows * size_t(g.parts) * size_t(g.cols) * 2;  // its weights as 16-bit ones
+    if (rows > 0 && (bytes16 + half - 1) / half <= ring_bytes) ops |= op_bit(op);
+  }
+  return ops;
+}
+
 void plan_op_streams(const ModelDims& d, uint32_t stream_slot_bytes, OpStream (&out)[kNumStepOps]) {
   constexpr uint64_t kFieldMark = uint64_t(1) << 40, kHeadMark = uint64_t(1) << 41;
   constexpr int kFields = int(sizeof(LayerOffsets) / sizeof(uint64_t));

@@ -18,6 +18,16 @@ const char* op_name(Op op) {
   return "?";
 }
 
+std::string op_names(uint32_t ops) {
+  std::string out;
+  for (int k = 0; k < kNumOps; ++k)
+    if (ops & op_bit(Op(k))) {
+      if (!out.empty()) out += ',';
+      out += op_name(Op(k));
+    }
+  return out.empty() ? "none" : out;
+}
+
 std::vector<std::pair<uint32_t, uint32_t>> split_range(uint32_t total, uint32_t parts) {
   parts = std::max(1u, std::min(parts, total));
   std::vector<std::pair<uint32_t, uint32_t>> out;
@@ -278,14 +288,21 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   if (p.h_slice_cols < 0 || p.h_slice_cols % 8 != 0)
     fail("schedule: h slices must be a multiple of 8 columns (got {})", p.h_slice_cols);
   if (W > 65535) fail("schedule: {} workgroups is more than the 65535 LM-head slots an instruction can name", W);
+  if (p.narrow_workgroups < 0 || p.narrow_workgroups > W)
+    fail("schedule: narrow stages need between 1 and the {} workgroups, or 0 for none (got {})", W, p.narrow_workgroups);
+  if (p.narrow_ops & ~(op_bit(Op::QKV) | op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down)))
+    fail("schedule: only the qkv, o_proj, gate_up and down stages can be narrowed");
   Schedule s;
   s.num_workgroups = W;
   s.num_layers = c.num_layers;
+  if (p.narrow_workgroups > 0 && p.narrow_ops != 0) s.narrow_ops = p.narrow_ops, s.narrow_workgroups = p.narrow_workgroups;
   const int groups = c.num_kv_heads;
   // Attention is latency-bound per workgroup, so it is spread over the whole grid (one split of the cache
   // per workgroup and kv head), capped so that combining the partials in o_proj stays cheap.
   s.attention_splits = p.attention_splits > 0 ? p.attention_splits : std::clamp(W / groups, 1, 32);
   Builder b(W);
+  // Blocks of a row stage of `op`: one per workgroup, or ScheduleParams::narrow_workgroups.
+  auto blocks_of = [&](Op op) { return (p.narrow_ops & op_bit(op)) && p.narrow_workgroups > 0 ? p.narrow_workgroups : W; };
 
   const uint32_t embed_done = b.counter("embed");
   // Counters named per layer so that diagnostics can say what a workgroup waits for.
@@ -305,7 +322,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   }
   // The h slices: one counter per layer and slice, all in one run (HSlices::counter).
   const uint32_t N = uint32_t(c.intermediate_size);
-  const auto gateup_blocks = split_range(N, uint32_t(W));
+  const auto gateup_blocks = split_range(N, uint32_t(blocks_of(Op::GateUp)));
   HSlices& hs = s.h_slices;
   if (p.h_slice_cols > 0) {
     hs.cols = std::min(uint32_t(p.h_slice_cols), N);
@@ -330,7 +347,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   const uint32_t group_rows = uint32_t((c.group_size() + 2) * c.head_dim);
   // At most one QKV block per workgroup (W / groups, rounded down): rounding up gave a few workgroups two
   // blocks, and every attention item of their groups waited for them (docs/log.md, third session).
-  const uint32_t blocks_per_group = std::max(1u, std::min(group_rows, uint32_t(W / groups)));
+  const uint32_t blocks_per_group = std::max(1u, std::min(group_rows, uint32_t(blocks_of(Op::QKV) / groups)));
   uint32_t prev_counter = embed_done, prev_count = 1;
   for (int l = 0; l < c.num_layers; ++l) {
     const auto& L = lc[size_t(l)];
@@ -356,7 +373,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
 
     auto row_stage = [&](Op op, uint32_t rows, uint32_t signal, uint32_t wait_counter, uint32_t wait_count) {
       std::vector<Instr> v;
-      for (auto [r0, r1] : split_range(rows, uint32_t(W))) {
+      for (auto [r0, r1] : split_range(rows, uint32_t(blocks_of(op)))) {
         Instr in = make(op, l, r0, r1, signal);
         add_wait(in, wait_counter, wait_count);
         v.push_back(in);
@@ -383,7 +400,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
       }
       b.stage(std::move(items));
       items = {};
-      for (auto [r0, r1] : split_range(uint32_t(c.hidden_size), uint32_t(W))) {
+      for (auto [r0, r1] : split_range(uint32_t(c.hidden_size), uint32_t(blocks_of(Op::Down)))) {
         Instr in = make(Op::Down, l, r0, r1, L.down);
         in.flags = kWaitsHSlices;
         items.push_back(in);

@@ -94,7 +94,17 @@ struct ScheduleParams {
   // Prompt tokens a chunk step runs through the layers at once (prefill); 0: no chunk steps, prompts go
   // through token steps one token at a time.
   int chunk_tokens = 0;
+  // The row stages of the ops in `narrow_ops` (a bit per Op, op_bit: QKV, OProj, GateUp, Down) are cut
+  // into this many blocks instead of one per workgroup (0: one per workgroup): fewer, fuller workgroups in
+  // a latency-bound stage, the others going on to their next instruction.
+  int narrow_workgroups = 0;
+  uint32_t narrow_ops = 0;
 };
+
+static_assert(kNumOps <= 32, "op_bit: one bit per op in a uint32_t");
+inline constexpr uint32_t op_bit(Op op) { return 1u << unsigned(op); }
+// The names of the ops in a mask of op_bit (comma-separated, table order), or "none".
+std::string op_names(uint32_t ops);
 
 // A launch runs chunk steps when at least this many prompt tokens come before its last (which a token
 // step runs, sampling the first reply token from its logits); shorter prompts go one token per step.
@@ -169,6 +179,9 @@ struct Schedule {
   // Counters [0, first_striped_counter) are flat; the rest have sync_domains stripes each.
   int sync_domains = 1;
   uint32_t first_striped_counter = 0;
+  // The row stages cut into fewer blocks than workgroups (ScheduleParams::narrow_ops), and into how many.
+  uint32_t narrow_ops = 0;
+  int narrow_workgroups = 0;
   HSlices h_slices;
   ChunkSchedule chunk;
 

@@ -158,6 +158,22 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   expect_emulator_matches_reference(*model, prompt, opt, 12);
 }
 
+// Two schedules of one model, each run by the emulator with the dependency checker on: six greedy tokens
+// from the same prompt, and the same tokens and logits bit for bit.
+void expect_same_tokens_and_logits(const Model& model, const Schedule& a, const Schedule& b) {
+  ASSERT_EQ(a.num_workgroups, b.num_workgroups);
+  EmulatorOptions opt;
+  opt.num_workgroups = a.num_workgroups;
+  opt.context = 48;
+  opt.record_logits = true;
+  opt.check_dependencies = true;
+  Emulator ea(model, a, opt), eb(model, b, opt);
+  const auto ra = greedy(ea, {2, 7, 11}, 6), rb = greedy(eb, {2, 7, 11}, 6);
+  ASSERT_EQ(ra.tokens.size(), 6u);
+  EXPECT_EQ(ra.tokens, rb.tokens);
+  EXPECT_EQ(ea.recorded_logits(), eb.recorded_logits());
+}
+
 TEST(Schedule, StageBarrierScheduleMakesAttentionWaitForEveryGroup) {
   TinyModelSpec spec;
   spec.eos = {};
@@ -173,16 +189,7 @@ TEST(Schedule, StageBarrierScheduleMakesAttentionWaitForEveryGroup) {
     EXPECT_EQ(flat.instrs[i].waits[0].per_step, uint32_t(groups) * dataflow.instrs[i].waits[0].per_step);
   }
   // And it computes the same thing as the dataflow schedule, with every access ordered.
-  EmulatorOptions opt;
-  opt.num_workgroups = 16;
-  opt.context = 48;
-  opt.record_logits = true;
-  opt.check_dependencies = true;
-  Emulator with_barriers(*model, flat, opt), with_dataflow(*model, dataflow, opt);
-  const auto a = greedy(with_barriers, {2, 7, 11}, 6), b = greedy(with_dataflow, {2, 7, 11}, 6);
-  ASSERT_EQ(a.tokens.size(), 6u);
-  EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_EQ(with_barriers.recorded_logits(), with_dataflow.recorded_logits());
+  expect_same_tokens_and_logits(*model, flat, dataflow);
 }
 
 // Every attention item of a kv group waits for all of the group's QKV blocks, so a workgroup holding two
@@ -200,6 +207,34 @@ TEST(Schedule, NoWorkgroupRunsTwoQkvBlocksOfALayer) {
           ASSERT_LE(qkv_blocks[size_t(l)], 1) << name << ", " << W << " workgroups: workgroup " << w << ", layer " << l;
       }
     }
+}
+
+// Row stages cut into fewer blocks than workgroups (ScheduleParams::narrow_workgroups): the narrowed
+// stages have that many blocks a layer, the others one per workgroup, and the emulator computes the same
+// tokens and logits as with the default schedule, with every access ordered.
+TEST(Schedule, NarrowStagesComputeTheSameThingWithEveryAccessOrdered) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = load_tiny_model(spec, "emu-narrow");
+  const int W = 16, narrow = 5;
+  ScheduleParams np{W, 0, false};
+  np.narrow_workgroups = narrow;
+  np.narrow_ops = op_bit(Op::QKV) | op_bit(Op::OProj) | op_bit(Op::Down);
+  const Schedule narrowed = build_schedule(model->config, np), wide = build_schedule(model->config, ScheduleParams{W, 0, false});
+  const int layers = model->config.num_layers, groups = model->config.num_kv_heads;
+  auto count = [](const Schedule& s, Op op) { return std::count_if(s.instrs.begin(), s.instrs.end(), [&](const Instr& in) { return in.op == op; }); };
+  EXPECT_EQ(count(narrowed, Op::QKV), layers * groups * (narrow / groups));
+  EXPECT_EQ(count(narrowed, Op::OProj), layers * narrow);
+  EXPECT_EQ(count(narrowed, Op::Down), layers * narrow);
+  EXPECT_EQ(count(narrowed, Op::GateUp), layers * W);
+  EXPECT_EQ(count(wide, Op::OProj), layers * W);
+  expect_same_tokens_and_logits(*model, narrowed, wide);
+
+  np.narrow_workgroups = W + 1;
+  EXPECT_THROW(build_schedule(model->config, np), Error);
+  np.narrow_workgroups = narrow;
+  np.narrow_ops = op_bit(Op::Attention);
+  EXPECT_THROW(build_schedule(model->config, np), Error);
 }
 
 TEST(Schedule, SplitRangesCoverTheCacheExactlyOnce) {

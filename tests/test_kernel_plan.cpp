@@ -26,10 +26,10 @@ struct Planned {
   dev::ModelDims dims;
 };
 
-Planned plan_for(const std::string& preset, int workgroups = 132) {
+Planned plan_for(const std::string& preset, int workgroups = 132, MatrixFormat format = MatrixFormat::BF16) {
   Planned p;
   p.cfg = preset_config(preset);
-  p.layout = plan_weight_layout(p.cfg, MatrixFormat::BF16);
+  p.layout = plan_weight_layout(p.cfg, format);
   p.schedule = build_schedule(p.cfg, ScheduleParams{workgroups});
   p.dims = dev::model_dims(p.cfg, p.layout, p.schedule);
   return p;
@@ -70,6 +70,36 @@ TEST(KernelPlan, WeightStreamSlotsAsRecordedOnHopper) {
     EXPECT_EQ(s.smem_bytes, size_t(s.ring_offset) + size_t(s.slots) * s.slot_bytes);
     EXPECT_LE(s.smem_bytes + kStaticSmem, kHopperMaxSmem);
   }
+}
+
+// The stages on half the workgroups: those whose weights, as 16-bit ones in 66 blocks, fit the ring a
+// block. From the shapes: Qwen2.5-0.5B (ring 3 x 47 KiB = 144,384 B): qkv 1,152 x 896 x 2 = 2.06 MB (31 KB
+// a block), o_proj 896 x 896 x 2 (24 KB), down 896 x 4,864 x 2 = 8.72 MB (132,065 B), gate_up twice 4,864 x
+// 896 x 2 = 17.4 MB (264 KB: no). Llama-3.2-1B (3 x 48 KiB = 147,456 B): o_proj 2,048 x 2,048 x 2 = 8.39 MB
+// (127 KB); qkv 3,072 x 2,048 x 2 (191 KB), down and gate_up larger: no. Llama-3.1-8B: none. The same for
+// int4 layers, whose bytes would fit 1B's qkv and down too.
+TEST(KernelPlan, NarrowStagesAreTheOnesWhoseHalfBlocksFitTheRing) {
+  struct Case {
+    const char* preset;
+    size_t ring;
+    uint32_t ops;
+  };
+  const uint32_t qkv = op_bit(Op::QKV), o_proj = op_bit(Op::OProj), down = op_bit(Op::Down);
+  for (const Case c : {Case{"qwen2.5-0.5b", 3 * 47 * 1024, qkv | o_proj | down}, Case{"llama-3.2-1b", 3 * 48 * 1024, o_proj},
+                       Case{"llama-3.1-8b", 3 * 56 * 1024, 0}}) {
+    const Planned p = plan_for(c.preset);
+    EXPECT_EQ(dev::plan_narrow_stages(p.schedule, p.dims, c.ring), c.ops) << c.preset << ": " << op_names(dev::plan_narrow_stages(p.schedule, p.dims, c.ring));
+    const Planned q4 = plan_for(c.preset, 132, MatrixFormat::INT4);
+    EXPECT_EQ(dev::plan_narrow_stages(q4.schedule, q4.dims, c.ring), c.ops) << c.preset << " int4";
+  }
+  // Qwen2.5-0.5B's down needs 132,065 bytes a block: one byte of ring less than that leaves it out; no ring
+  // (weights through registers), nothing.
+  const Planned q = plan_for("qwen2.5-0.5b");
+  EXPECT_EQ(dev::plan_narrow_stages(q.schedule, q.dims, 132064), qkv | o_proj);
+  EXPECT_EQ(dev::plan_narrow_stages(q.schedule, q.dims, 132065), qkv | o_proj | down);
+  EXPECT_EQ(dev::plan_narrow_stages(q.schedule, q.dims, 0), 0u);
+  EXPECT_EQ(op_names(qkv | down), "qkv,down");
+  EXPECT_EQ(op_names(0), "none");
 }
 
 TEST(KernelPlan, OpStreamsNameEachOpsMatricesAndRows) {

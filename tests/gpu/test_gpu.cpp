@@ -134,10 +134,12 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
 // and per-domain counters (issue 4), with workgroup % 5 as the domains, and with a unit -> domain table
 // over 7 domains whose entries for units >= 100 are missing (those workgroups take the fallback). The
 // profiling and per-domain kernels on the weight stream run attention's warp path (the long-context
-// kernels; on tensor cores for Qwen3's head_dim 32 on NVIDIA), the others its tile path.
+// kernels; on tensor cores for Qwen3's head_dim 32 on NVIDIA), the others its tile path. The row stages:
+// one block per workgroup (no narrow stages; the other variants take the engine's plan), and every row
+// stage in 13 blocks.
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
   auto model = tiny_of(GetParam(), "gpu-emu-engines");
-  for (int variant = 0; variant < 6; ++variant) {
+  for (int variant = 0; variant < 8; ++variant) {
     GpuOptions gopt;
     gopt.context = 128;
     if (variant == 0 || variant == 3) {
@@ -162,9 +164,20 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
       gopt.sync_domains = 7;
       for (int unit = 0; unit < 256; ++unit) gopt.unit_domain.push_back(unit < 100 ? (unit / 3) % 7 : -1);
     }
+    if (variant == 6) gopt.narrow_workgroups = 0;
+    if (variant == 7) {
+      gopt.narrow_workgroups = 13;
+      gopt.narrow_ops = op_bit(Op::QKV) | op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down);
+    }
     auto gpu = create_gpu_backend(*model, gopt);
-    if (variant >= 4) {
+    if (variant == 4 || variant == 5) {
       ASSERT_GT(gpu->schedule().num_counters(), gpu->schedule().first_striped_counter);
+    }
+    if (variant == 6) {
+      ASSERT_EQ(gpu->schedule().narrow_ops, 0u);
+    }
+    if (variant == 7) {
+      ASSERT_EQ(gpu->schedule().narrow_workgroups, 13);
     }
     expect_gpu_matches_emulator(*model, *gpu, 128, {1, 7, 42, 99, 3}, 40,
                                 std::string(arch_name(GetParam().arch)) + ", " + gpu->name());
