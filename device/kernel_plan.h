@@ -52,10 +52,12 @@ StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_
 
 // The row stages (QKV, OProj, GateUp, Down) to run on half the workgroups (ScheduleParams::narrow_ops with
 // narrow_workgroups = W / 2): those whose weights, counted as 16-bit ones, fit the weight stream's ring
-// (`ring_bytes`) in each of W / 2 blocks. Such a stage is latency-bound: a block's weights are in shared
-// memory before its inputs are ready, and the half that sits it out starts the next stage sooner, its
-// own weights in place. Counted as 16-bit because a block's work follows its weights' count, not their
-// bytes: fp8 and int4 stages that fit in bytes but not so were slower narrowed. Measured on an H100
+// (`ring_bytes`) in each of W / 2 blocks. Such a stage is latency-bound. Its blocks follow where the
+// previous stage stopped (the schedule's rotation), so they run on workgroups that sat that stage out:
+// their weights have landed and their inbound path is idle when the inputs come, which is where the
+// stages' tails came from. A block within one fill of the ring adds no second round of streaming.
+// Counted as 16-bit because a block's work follows its weights' count, not their bytes: fp8 and int4
+// stages that fit in bytes but not so were slower narrowed. Measured on an H100
 // (docs/log.md, nineteenth session): Qwen2.5-0.5B 8-11% faster in every format, Llama-3.2-1B 0.4-2.7%
 // (at depth 16384: 2.5%), Qwen3-1.7B 2%; the stages this leaves out (1B's qkv and down, Llama-3.1-8B's
 // o_proj, every gate_up) were slower narrowed or no faster. `schedule`: built without narrow stages; 0
