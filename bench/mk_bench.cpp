@@ -55,22 +55,42 @@ struct PromptResult {
   std::vector<double> exec_ms, wait_ms;
 };
 
+// The items of a comma-separated list (an empty text is one empty item).
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= text.size();) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
 // Comma-separated whole numbers in [min, max] given to `option`; an error naming the option and the
 // value otherwise.
 std::vector<int> parse_int_list(const std::string& text, const std::string& option, long long min, long long max) {
   std::vector<int> out;
-  for (size_t at = 0; at <= text.size();) {
-    size_t end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    const std::string item = text.substr(at, end - at);
+  for (const std::string& item : split_commas(text)) {
     long long v = 0;
     const auto [stop, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || stop != item.data() + item.size() || v < min || v > max)
       mk::fail("{} {}: '{}' is not a whole number from {} to {}", option, text, item, min, max);
     out.push_back(int(v));
-    at = end + 1;
   }
   return out;
+}
+
+// Op names given to `option` (mk::op_name's spelling) as a mask of mk::op_bit; an error naming the
+// option and the unknown name otherwise.
+uint32_t parse_op_list(const std::string& text, const std::string& option) {
+  uint32_t ops = 0;
+  for (const std::string& name : split_commas(text)) {
+    bool found = false;
+    for (int k = 0; k < mk::kNumOps; ++k)
+      if (name == mk::op_name(mk::Op(k))) ops |= mk::op_bit(mk::Op(k)), found = true;
+    if (!found) mk::fail("{} {}: no stage named '{}' (qkv, o_proj, gate_up, down)", option, text, name);
+  }
+  return ops;
 }
 
 double median(std::vector<double> v) {
@@ -252,6 +272,7 @@ int run(int argc, char** argv) {
   }
 
   const std::vector<int> depths = parse_int_list(depths_text, "--depths", 0, mk::limits::kMaxPositions);
+  const uint32_t narrow_mask = narrow > 0 ? parse_op_list(narrow_ops, "--narrow-ops") : 0u;
   const std::vector<int> prompts = prompts_text.empty() ? std::vector<int>{} : parse_int_list(prompts_text, "--prompts", 1, mk::limits::kMaxPositions);
   const int max_depth = *std::max_element(depths.begin(), depths.end());
   const int max_prompt = prompts.empty() ? 0 : *std::max_element(prompts.begin(), prompts.end());
@@ -272,15 +293,7 @@ int run(int argc, char** argv) {
   opt.stream_early = early;
   opt.workgroups = workgroups;
   opt.narrow_workgroups = narrow;
-  for (size_t at = 0; narrow > 0 && at <= narrow_ops.size();) {
-    const size_t end = std::min(narrow_ops.find(',', at), narrow_ops.size());
-    const std::string name = narrow_ops.substr(at, end - at);
-    bool found = false;
-    for (int k = 0; k < mk::kNumOps; ++k)
-      if (name == mk::op_name(mk::Op(k))) opt.narrow_ops |= mk::op_bit(mk::Op(k)), found = true;
-    if (!found) mk::fail("--narrow-ops {}: no stage named '{}' (qkv, o_proj, gate_up, down)", narrow_ops, name);
-    at = end + 1;
-  }
+  opt.narrow_ops = narrow_mask;
   opt.stream_slot_kib = slot_kib;
   opt.attention_path = attention_path == "tiles"   ? mk::AttentionPath::Tiles
                        : attention_path == "warps" ? mk::AttentionPath::WarpChunks

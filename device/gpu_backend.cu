@@ -155,9 +155,8 @@ class MonokernelBackend final : public GpuBackend {
     int max_smem = 0;
     MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
     if (opt.narrow_workgroups < 0) {  // the latency-bound row stages on half the workgroups, where they fit
-      smem_bytes_ = dev::activation_smem_bytes(schedule_, dims());
-      plan_weight_stream(size_t(max_smem));
-      sp.narrow_ops = dev::plan_narrow_stages(schedule_, dims(), size_t(stream_slots_) * stream_slot_bytes_);
+      const dev::StreamPlan wide = stream_plan(dev::activation_smem_bytes(schedule_, dims()), size_t(max_smem));
+      sp.narrow_ops = dev::plan_narrow_stages(schedule_, dims(), size_t(wide.slots) * wide.slot_bytes);
       if (sp.narrow_ops != 0) {
         sp.narrow_workgroups = workgroups / 2;
         schedule_ = build_schedule(cfg_, sp);
@@ -322,20 +321,26 @@ class MonokernelBackend final : public GpuBackend {
   }
 
  private:
-  // The weight stream's ring in the shared memory the activation area leaves (device/kernel_plan.h).
-  void plan_weight_stream(size_t max_smem) {
+  // The weight stream's ring in the shared memory an activation area of `activation_bytes` leaves
+  // (device/kernel_plan.h), for kernel_.
+  dev::StreamPlan stream_plan(size_t activation_bytes, size_t max_smem) const {
 #if defined(MK_PLATFORM_NVIDIA)
     hipFuncAttributes attr{};
     MK_GPU_CHECK(hipFuncGetAttributes(&attr, kernel_));
-    const dev::StreamPlan plan =
-        dev::plan_weight_stream(dims(), smem_bytes_, max_smem, attr.sharedSizeBytes, opt_.stream_slots, opt_.stream_slot_kib);
+    return dev::plan_weight_stream(dims(), activation_bytes, max_smem, attr.sharedSizeBytes, opt_.stream_slots, opt_.stream_slot_kib);
+#else
+    (void)max_smem;  // AMD: no bulk copies into LDS in this build; weights go through registers
+    dev::StreamPlan none;
+    none.smem_bytes = activation_bytes;
+    return none;
+#endif
+  }
+  void plan_weight_stream(size_t max_smem) {
+    const dev::StreamPlan plan = stream_plan(smem_bytes_, max_smem);
     stream_slots_ = plan.slots;
     stream_slot_bytes_ = plan.slot_bytes;
     stream_ring_offset_ = plan.ring_offset;
     smem_bytes_ = plan.smem_bytes;
-#else
-    (void)max_smem;  // AMD: no bulk copies into LDS in this build; weights go through registers
-#endif
   }
 
   std::string stream_description() const {

@@ -301,8 +301,8 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   // per workgroup and kv head), capped so that combining the partials in o_proj stays cheap.
   s.attention_splits = p.attention_splits > 0 ? p.attention_splits : std::clamp(W / groups, 1, 32);
   Builder b(W);
-  // Blocks of a row stage of `op`: one per workgroup, or ScheduleParams::narrow_workgroups.
-  auto blocks_of = [&](Op op) { return (p.narrow_ops & op_bit(op)) && p.narrow_workgroups > 0 ? p.narrow_workgroups : W; };
+  // Blocks of a row stage of `op`: one per workgroup, or Schedule::narrow_workgroups.
+  auto blocks_of = [&](Op op) { return (s.narrow_ops & op_bit(op)) ? s.narrow_workgroups : W; };
 
   const uint32_t embed_done = b.counter("embed");
   // Counters named per layer so that diagnostics can say what a workgroup waits for.
