@@ -232,6 +232,11 @@ int run(int argc, char** argv) {
   app.add_option("--workgroups", workgroups, "workgroups of the persistent launch, one per SM (0: every SM)")
       ->capture_default_str()
       ->check(mk::cli::int_range(0, 100000));
+  bool no_waits = false;
+  app.add_flag("--no-waits", no_waits,
+               "timing only, the results are wrong on purpose: the token steps' instructions run without waiting for "
+               "their inputs, except the sampling (which still waits for every LM-head block) and the embedding; what "
+               "a step costs without the hand-offs between stages. The model's stop tokens are ignored");
   int narrow = mk::GpuOptions{}.narrow_workgroups;
   std::string narrow_ops = "qkv,o_proj";
   app.add_option("--narrow", narrow,
@@ -284,6 +289,15 @@ int run(int argc, char** argv) {
       model_dir.empty() ? mk::preset_model(preset, load) : mk::load_model(model_dir, load);
   mk::GpuOptions opt;
   opt.context = std::max(max_depth + tokens + 1, max_prompt + 2);
+  if (no_waits) {
+    // Each step still ends when every workgroup has run its LM-head block (the sampling waits for them all
+    // and the next step's gate for the sampling), so a step takes as long as the slowest workgroup's list.
+    opt.debug_edit_schedule = [](mk::Schedule& s) {
+      for (mk::Instr& in : s.instrs)
+        if (in.op != mk::Op::Sample && in.op != mk::Op::Embed) in.num_waits = 0;
+    };
+    model->config.eos_token_ids.clear();  // garbage logits must not stop a repetition early
+  }
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
   opt.profile = profile;
   opt.trace_step = trace_step;
@@ -414,6 +428,7 @@ int run(int argc, char** argv) {
     j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;
+    j["no_waits"] = no_waits;
     j["narrow"] = {{"workgroups", gpu->schedule().narrow_workgroups}, {"ops", mk::op_names(gpu->schedule().narrow_ops)}};
     for (const auto& r : results) {
       nlohmann::json d = {{"depth", r.depth},          {"ms_per_token", r.ms_per_token}, {"median_ms", r.median_ms},
@@ -453,6 +468,7 @@ int run(int argc, char** argv) {
   fmt::print("batch 1, greedy, {} tokens per repetition, {} repetitions (median [min, max]); context depth = cached "
              "positions before the first generated token (filled with random K/V)\n\n",
              tokens, reps);
+  if (no_waits) fmt::print("--no-waits: timing only, the instructions did not wait for their inputs (the results are wrong)\n\n");
   fmt::print("{:>7} {:>24} {:>9} {:>12} {:>9} {:>8} {:>8}\n", "depth", "ms/token", "tok/s", "MB/token", "GB/s", "%read",
              "%copy");
   for (const auto& r : results) {

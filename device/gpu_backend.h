@@ -64,7 +64,8 @@ struct GpuOptions {
   // Non-zero: fill the weights on the GPU with seeded random values instead of uploading the model's
   // (for presets: real shapes without a download). The model then needs a config only.
   uint64_t random_weights_seed = 0;
-  // Tests only: edits the schedule before it is uploaded (e.g. to plant a deadlock for the watchdog).
+  // Tests and timing-only benchmarks: edits the schedule before it is uploaded (e.g. to plant a deadlock
+  // for the watchdog, or mk-bench --no-waits).
   // With debug_edit_launches > 0 the edit holds for that many launches; later ones run the schedule as
   // built (the edit must keep the instruction lists' lengths).
   std::function<void(Schedule&)> debug_edit_schedule;
