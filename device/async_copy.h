@@ -19,6 +19,17 @@ __device__ __forceinline__ void copy_async_16(void* shared_dst, const void* glob
 #endif
 }
 
+// The same for one 4-byte word (a float of a per-row constant, at any 4-byte boundary).
+__device__ __forceinline__ void copy_async_4(void* shared_dst, const void* global_src) {
+#if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(uint32_t(__cvta_generic_to_shared(shared_dst))),
+               "l"(global_src)
+               : "memory");
+#else
+  *static_cast<uint32_t*>(shared_dst) = *static_cast<const uint32_t*>(global_src);
+#endif
+}
+
 // The calling thread's asynchronous copies have landed (other threads' need a barrier after this).
 __device__ __forceinline__ void wait_async_copies() {
 #if defined(MK_PLATFORM_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

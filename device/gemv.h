@@ -271,6 +271,17 @@ __device__ inline void stage_norm_weight(const float* weight, int n, float* dst)
   for (int q = threadIdx.x; q < n / 4; q += kThreads) copy_async_16(dst + 4 * plane_quad(q, n8), weight + 4 * q);
 }
 
+// Starts copying values [begin, begin + rows) of a per-row f32 constant (a bias) into dst, for a GEMV
+// behind an RMSNorm of an n-element input: its emits then read them from shared memory instead of one
+// L2 round trip per row after the dot product. The copies are issued by the threads that hold a piece of
+// the input (thread t < n / 4), each of which waits for its copies in norm_input_to_planes before that
+// function's block barrier, so the values are visible to every thread once the prologue is done.
+__device__ inline void stage_norm_gemv_row_constants(const float* src, uint32_t begin, uint32_t rows, int n, float* dst) {
+  const uint32_t copiers = uint32_t(min(n / 4, kThreads));
+  if (threadIdx.x >= copiers) return;
+  for (uint32_t r = threadIdx.x; r < rows; r += copiers) copy_async_4(dst + r, src + begin + r);
+}
+
 // The input of a GEMV behind an RMSNorm: xs = x * weight in shared memory, in planes, and 1 / rms(x), which
 // the emit applies to each dot product (they are linear in xs). Deferring the factor leaves one block
 // barrier on the critical path instead of three (sum of squares, then scale). Each thread handles the

@@ -45,7 +45,7 @@ struct OpDefaults {
 
 // The activation area of a GEMV behind an RMSNorm (qkv, gate_up, LM head): the normalised input, then
 // the staged norm weight, hidden floats each (Machine::staged_norm), and the per-warp reduction slots.
-inline size_t norm_gemv_floats(const ModelDims& d) { return size_t(2 * d.hidden + 2 * kMaxWarps); }
+MK_HD_INLINE size_t norm_gemv_floats(const ModelDims& d) { return size_t(2 * d.hidden + 2 * kMaxWarps); }
 
 // The activation area of a GEMV that adds to the residual stream (o_proj, down): its input, then the
 // residual rows [begin, end) it adds to (Machine::residual_rows).

@@ -17,20 +17,28 @@ struct QKVOp : OpDefaults {
     g.matrix[0] = L.wqkv, g.parts = 1, g.cols = d.hidden, g.format = d.format;
     return g;
   }
-  static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }
+  // The norm GEMV's area, then the block's bias rows (Qwen2), staged before the wait.
+  static size_t smem_floats(const ModelDims& d, const Instr& in) { return norm_gemv_floats(d) + (d.qkv_bias ? in.end - in.begin : 0); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void prestage(MachineT& m, const Instr& in) {
-    stage_norm_weight(m.f32(m.p.layers[in.layer].attn_norm), m.p.dims.hidden, m.staged_norm());
+    const LayerOffsets& L = m.p.layers[in.layer];
+    const ModelDims& d = m.p.dims;
+    stage_norm_weight(m.f32(L.attn_norm), d.hidden, m.staged_norm());
+    if (d.qkv_bias) stage_norm_gemv_row_constants(m.f32(L.bqkv), in.begin, in.end - in.begin, d.hidden, staged_bias(m));
+  }
+  template <class MachineT>
+  __device__ static float* staged_bias(MachineT& m) {
+    return m.smem + norm_gemv_floats(m.p.dims);
   }
 
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
-    const LayerOffsets& L = m.p.layers[in.layer];
-    const ModelDims& d = m.p.dims;
-    const float* bias = d.qkv_bias ? m.f32(L.bqkv) : nullptr;
+    // The bias rows are in shared memory once the norm prologue's barrier has passed (prestage).
+    const float* bias = m.p.dims.qkv_bias ? staged_bias(m) : nullptr;
     m.gemv(
-        in, [&] { m.norm_prologue(m.p.x); }, [&](uint32_t r, float v, float) { m.p.qkv[r] = v * m.inv_rms() + (bias ? bias[r] : 0.f); });
+        in, [&] { m.norm_prologue(m.p.x); },
+        [&](uint32_t r, float v, float) { m.p.qkv[r] = v * m.inv_rms() + (bias ? bias[r - in.begin] : 0.f); });
   }
 #endif
 };
