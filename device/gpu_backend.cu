@@ -206,6 +206,8 @@ class MonokernelBackend final : public GpuBackend {
       schedule_ = std::move(*clean_schedule_);
       clean_schedule_.reset();
       MK_GPU_CHECK(hipMemcpy(instrs_.ptr, schedule_.instrs.data(), schedule_.instrs.size() * sizeof(Instr), hipMemcpyHostToDevice));
+      const std::vector<dev::StreamRecord> records = stream_records();
+      MK_GPU_CHECK(hipMemcpy(stream_records_.ptr, records.data(), records.size() * sizeof(dev::StreamRecord), hipMemcpyHostToDevice));
     }
     ++launches_;
     // All prompt tokens but the last go through chunk steps when there are enough of them (as on the
@@ -309,7 +311,7 @@ class MonokernelBackend final : public GpuBackend {
 
   ~MonokernelBackend() override {
     if (lost_) {  // the hung kernel still runs: freeing what it uses would wait for it forever
-      for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
+      for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &stream_records_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
                               &qkv_, &att_o_, &att_ml_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
                               &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &chunk_tokens_, &chunk_x_,
                               &chunk_qkv_, &chunk_act_, &chunk_q_, &chunk_h_})
@@ -404,6 +406,7 @@ class MonokernelBackend final : public GpuBackend {
     std::vector<LayerOffsets> layers = layout_.layers;
     upload(layers_, layers, "layer offsets");
     upload(instrs_, schedule_.instrs, "the schedule");
+    upload(stream_records_, stream_records(), "the schedule's weight-stream records");
     upload(wg_begin_, schedule_.wg_begin, "the schedule");
     upload(rope_, rope_table(cfg_, opt_.context), "the RoPE table");
     counters_.allocate(dev::counter_word(schedule_.counter_lines()) * sizeof(unsigned), "counters");
@@ -506,11 +509,16 @@ class MonokernelBackend final : public GpuBackend {
     p.stream_lookahead = uint32_t(std::max(0, opt_.stream_lookahead));
     p.stream_early = opt_.stream_early < 0 ? stream_slots_ : uint32_t(opt_.stream_early);
     p.dims = dims();
-    plan_op_streams(p.dims, stream_slots_ ? stream_slot_bytes_ : 0u, p.op_streams);
+    p.stream_records = stream_records_.as<dev::StreamRecord>();
     p.context = opt_.context;
     const size_t n_eos = std::min<size_t>(cfg_.eos_token_ids.size(), dev::kMaxEosIds);
     for (size_t i = 0; i < n_eos; ++i) p.eos[i] = cfg_.eos_token_ids[i];
     p.num_eos = int(n_eos);
+  }
+
+  // What each instruction streams through the weight stream (KernelParams::stream_records).
+  std::vector<dev::StreamRecord> stream_records() const {
+    return dev::plan_stream_records(schedule_, dims(), layout_.layers, layout_.lm_head, stream_slots_ ? stream_slot_bytes_ : 0u);
   }
 
   dev::HostChannel* channel() const { return static_cast<dev::HostChannel*>(channel_.host); }
@@ -680,7 +688,7 @@ class MonokernelBackend final : public GpuBackend {
   size_t smem_bytes_ = 0;
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
-  DeviceBuffer weights_, layers_, instrs_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
+  DeviceBuffer weights_, layers_, instrs_, stream_records_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
       lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, chunk_instrs_, chunk_wg_begin_,
       chunk_tokens_, chunk_x_, chunk_qkv_, chunk_act_, chunk_q_, chunk_h_;
   MappedHostBuffer channel_;

@@ -35,17 +35,21 @@ MK_HD_INLINE int attention_tile_positions(int head_dim) {
   return t > 128 ? 128 : t;
 }
 
-// What a token-step op streams through the weight stream (KernelParams::op_streams; built on the host by
-// plan_op_streams from the op's gemv()): for each part, where its matrix is found (a byte offset into a
-// layer's LayerOffsets, or kHeadMatrix: the LM head), and the rows' shape. The weight stream's bookkeeping
-// on thread 0, between one instruction's signal and the next one's first chunk, finds a shape here rather
-// than in a switch over every op (stream_shape in device/weight_stream.h).
-inline constexpr uint16_t kHeadMatrix = 0xffff;
-struct OpStream {
-  uint16_t matrix_field[2];
-  uint32_t parts;  // 0: the op streams no weights
-  uint32_t cols, row_bytes, rows_per_chunk;
+// What one token-step instruction streams through the weight stream (KernelParams::stream_records, one
+// per entry of `instrs`; built on the host by plan_stream_records from its op's gemv() and its layer's
+// offsets): where its rows start in the weight image, per part, and the chunks they make. The stream's
+// producer on thread 0, between one instruction's signal and the next one's first chunk, reads one
+// record here instead of the op's shape, the layer's offsets and a division.
+struct StreamRecord {
+  uint64_t src[2];  // byte offset in the weight image of the instruction's first row, per part
+  uint32_t rows;    // 0: the instruction streams nothing
+  uint32_t chunks, rows_per_chunk, row_bytes;
+  uint8_t parts;
+  uint8_t every_step;  // 0: its op is inactive at some steps (OpDefaults::kEveryStep): ask op_active
+  Op op;
+  uint8_t reserved;
 };
+static_assert(sizeof(StreamRecord) == 40, "StreamRecord is shared with the GPU: keep its layout fixed");
 
 struct ModelDims {
   int hidden, intermediate, layers, heads, kv_heads, head_dim, group_size, vocab;
@@ -275,8 +279,8 @@ struct KernelParams {
   // in `chunks` steps); token step 0 then runs at position `start`.
   const int32_t* chunk_tokens;
   int chunk_start, chunk_count, chunks;
-  // Indexed by Op. At the end: fields placed among the others have made kernels spill.
-  OpStream op_streams[kNumStepOps];
+  // One per entry of `instrs`. At the end: fields placed among the others have made kernels spill.
+  const StreamRecord* stream_records;
 };
 
 }  // namespace mk::dev

@@ -88,6 +88,40 @@ void plan_op_streams(const ModelDims& d, uint32_t stream_slot_bytes, OpStream (&
   }
 }
 
+std::vector<StreamRecord> plan_stream_records(const Schedule& schedule, const ModelDims& d, const std::vector<LayerOffsets>& layers,
+                                              uint64_t lm_head, uint32_t stream_slot_bytes) {
+  OpStream streams[kNumStepOps];
+  plan_op_streams(d, stream_slot_bytes, streams);
+  for (int op = 0; op < kNumStepOps; ++op)
+    if (op_every_step(Op(op)) && (!op_active(Op(op), 0, 1 << 30) || !op_active(Op(op), 1 << 30, 0)))
+      fail("op {}: active() depends on the step but kEveryStep is true (device/ops/op_spec.h)", op_name(Op(op)));
+  std::vector<StreamRecord> records(schedule.instrs.size());
+  for (size_t i = 0; i < schedule.instrs.size(); ++i) {
+    const Instr& in = schedule.instrs[i];
+    StreamRecord& r = records[i];
+    r = StreamRecord{};
+    r.op = in.op;
+    r.every_step = op_every_step(in.op) ? 1 : 0;
+    if (unsigned(in.op) >= unsigned(kNumStepOps) || streams[int(in.op)].parts == 0 || in.end <= in.begin) continue;
+    const OpStream& o = streams[int(in.op)];
+    for (uint32_t k = 0; k < o.parts; ++k) {
+      uint64_t matrix = lm_head;
+      if (o.matrix_field[k] != kHeadMatrix) {
+        if (in.layer >= layers.size())
+          fail("instruction {} ({} of layer {}): the model has {} layers", i, op_name(in.op), in.layer, layers.size());
+        std::memcpy(&matrix, reinterpret_cast<const uint8_t*>(&layers[in.layer]) + o.matrix_field[k], sizeof(matrix));
+      }
+      r.src[k] = matrix + uint64_t(in.begin) * o.row_bytes;
+    }
+    r.parts = uint8_t(o.parts);
+    r.rows = in.end - in.begin;
+    r.rows_per_chunk = o.rows_per_chunk;
+    r.row_bytes = o.row_bytes;
+    r.chunks = (r.rows + o.rows_per_chunk - 1) / o.rows_per_chunk;
+  }
+  return records;
+}
+
 StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_t max_smem, size_t static_smem,
                               int requested_slots, int requested_slot_kib) {
   StreamPlan plan;
@@ -117,7 +151,8 @@ MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, 
   const size_t rope = size_t(context) * size_t(c.head_dim) * sizeof(float);
   const size_t state = size_t(4 * (size_t(c.hidden_size) + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
                               8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2));
-  need.other = rope + state + slack;
+  const size_t token_lists = schedule.instrs.size() * (sizeof(Instr) + sizeof(StreamRecord)) + schedule.wg_begin.size() * sizeof(uint32_t);
+  need.other = rope + state + token_lists + slack;
   if (schedule.chunk.enabled()) {
     const size_t C = size_t(schedule.chunk.tokens), H = size_t(c.hidden_size), q_dim = size_t(c.q_dim());
     const size_t floats = C * (H + size_t(layout.qkv_rows));

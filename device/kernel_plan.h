@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "device/kernel_params.h"
 #include "runtime/model_config.h"
@@ -33,11 +34,25 @@ struct StreamPlan {
   size_t smem_bytes = 0;     // dynamic shared memory in all (activation area, then the ring)
 };
 
-// KernelParams::op_streams: what each token-step op streams, from its gemv(), with chunks of
-// `stream_slot_bytes` (0: no stream; then one row a chunk). Each matrix an op names must be a field of
-// LayerOffsets or the LM head (found by calling gemv() with every field set to a value of its own);
-// anything else is an error naming the op.
+// What a token-step op streams through the weight stream: for each part, where its matrix is found (a
+// byte offset into a layer's LayerOffsets, or kHeadMatrix: the LM head), and the rows' shape.
+inline constexpr uint16_t kHeadMatrix = 0xffff;
+struct OpStream {
+  uint16_t matrix_field[2];
+  uint32_t parts;  // 0: the op streams no weights
+  uint32_t cols, row_bytes, rows_per_chunk;
+};
+
+// What each token-step op streams, from its gemv(), with chunks of `stream_slot_bytes` (0: no stream;
+// then one row a chunk). Each matrix an op names must be a field of LayerOffsets or the LM head (found by
+// calling gemv() with every field set to a value of its own); anything else is an error naming the op.
 void plan_op_streams(const ModelDims& d, uint32_t stream_slot_bytes, OpStream (&out)[kNumStepOps]);
+
+// KernelParams::stream_records: one per instruction of the token-step schedule, from its op's stream
+// (plan_op_streams) and its layer's offsets in `layers`, with chunks of `stream_slot_bytes` (0: no
+// stream). An instruction of a layer the model does not have is an error naming it.
+std::vector<StreamRecord> plan_stream_records(const Schedule& schedule, const ModelDims& d, const std::vector<LayerOffsets>& layers,
+                                              uint64_t lm_head, uint32_t stream_slot_bytes);
 
 // The weight stream's ring after the activation area, in the shared memory left over (`max_smem` per
 // workgroup, of which the kernel's static variables take `static_smem`): as many slots as fit, at most

@@ -99,11 +99,15 @@ struct Machine {
     }
     using Piece = typename RowFormat<F>::Piece;
     const int n8 = s.cols / 8;
-    const uint32_t base = ws.st.base, rpc = uint32_t(s.rows_per_chunk);
-    for (uint32_t j = uint32_t(warp_id() - 1); j < s.rows(); j += uint32_t(kWarps - 1)) {
-      const uint32_t chunk = j / rpc, seq = base + chunk;
-      ws.wait_chunk(seq);
-      const uint8_t* row0 = ws.slot_data(seq) + size_t(j % rpc) * size_t(s.row_bytes);
+    // The warp's place in the stream, advanced row by row instead of divided out: the chunk of row j,
+    // its sequence number, slot and phase, and j's row within it.
+    StreamPlace at = ws.place(ws.st.base);
+    uint32_t chunk = 0, in_chunk = uint32_t(warp_id() - 1);
+    const uint32_t rpc = uint32_t(s.rows_per_chunk);
+    for (uint32_t j = in_chunk; j < s.rows(); j += uint32_t(kWarps - 1), in_chunk += uint32_t(kWarps - 1)) {
+      for (; in_chunk >= rpc; in_chunk -= rpc) ++chunk, ws.advance(at);
+      ws.wait_chunk(at);
+      const uint8_t* row0 = ws.slot_data(at) + size_t(in_chunk) * size_t(s.row_bytes);
       const Piece* w0 = reinterpret_cast<const Piece*>(row0);
       float acc0 = 0.f, acc1 = 0.f;
       if (s.parts == 1) {
@@ -121,7 +125,7 @@ struct Machine {
       }
       const float v0 = warp_sum(acc0), v1 = s.parts == 1 ? 0.f : warp_sum(acc1);
       if (lane_id() == 0) {
-        ws.release_row(seq);
+        ws.release_row(at);
         emit(s.begin + j, v0, v1);
       }
     }

@@ -23,6 +23,10 @@ namespace {
 // reads the instruction after the barrier that follows the waits, so the mark costs no extra load.
 constexpr uint8_t kAbandoned = 0xff;
 
+// The thread that signals each finished instruction and reports the workgroup's progress: the first of
+// the second warp, so that thread 0, the weight stream's producer, is free for the next instruction.
+constexpr unsigned kSignaller = MK_WARP_SIZE;
+
 // Warp 0 waits until counter c reaches `target`. A flat counter: lane 0 polls it. A per-domain counter:
 // lanes 0..D-1 poll one stripe each (an acquire load per stripe, so the warp synchronises with every
 // producer whose add it counted) until the stripes sum to the target (runtime/schedule.h says why the
@@ -92,7 +96,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       const bool stop = stopped != 0;
       __syncthreads();
       if (stop) break;
-      if (threadIdx.x == 0) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
+      if (threadIdx.x == kSignaller) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
     Machine<kFormat, kStream, kProfile, kLongContext> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     bool abandoned = false;
@@ -131,23 +135,30 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       m.index = i;
       m.execute(in);
       release_block_writes();
+      // The signal goes out from another warp than thread 0's, which goes on to the next instruction's
+      // early chunks meanwhile: the release waits for the block's writes to reach L2 (~0.6 µs), and a
+      // late workgroup's next instruction would wait behind it. The signaller reads what it needs of
+      // the finished instruction before the barrier, after which thread 0 may replace it.
+      uint32_t signal_line = 0, done_op = 0;
+      unsigned long long t0 = 0, t1 = 0, tp = 0;
+      if (threadIdx.x == kSignaller) {
+        signal_line = kGrouped ? counter_line(current.signal, my_stripe, p.first_striped_counter, p.sync_domains) : current.signal;
+        done_op = uint32_t(current.op);
+        if (kProfile) t0 = wait_began, t1 = inputs_ready, tp = profile_prologue_end;
+      }
       __syncthreads();
-      if (threadIdx.x == 0) {
-        // The long-context kernels read the finished instruction back from shared memory (thread 0 changes
-        // it only before the next barrier): the copy in registers, live across the body, made attention's
-        // tensor-core path spill.
-        const Instr& done = kLongContext ? current : in;
+      if (threadIdx.x == 0)
+        if constexpr (kStream) ws.finish(step, i);
+      if (threadIdx.x == kSignaller) {
         const unsigned long long tb = kProfile ? global_timer_ns() : 0;
         // Release: covers the whole block's writes (see release_block_writes).
-        const uint32_t line = kGrouped ? counter_line(done.signal, my_stripe, p.first_striped_counter, p.sync_domains) : done.signal;
-        add_release(p.counters + counter_word(line), 1u);
-        stream_state.base += stream_chunks(p, done, step);
+        add_release(p.counters + counter_word(signal_line), 1u);
         p.progress[2 * wg] = step;
         p.progress[2 * wg + 1] = i - begin + 1;
         if (kProfile) {  // this workgroup's row of the profile, addressed here rather than kept in registers
           unsigned long long* prof = p.profile + size_t(wg) * kNumOps * kProfileFields;
-          const unsigned long long t0 = wait_began, t1 = inputs_ready, t2 = global_timer_ns(), tp = profile_prologue_end;
-          unsigned long long* f = prof + int(done.op) * kProfileFields;
+          const unsigned long long t2 = global_timer_ns();
+          unsigned long long* f = prof + done_op * kProfileFields;
           f[kProfExec] += t2 - t1;
           f[kProfWait] += t1 - t0;
           f[kProfPrologue] += tp > t1 ? tp - t1 : 0;
@@ -161,10 +172,9 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
     }
     if (abandoned) break;
   }
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0)
     if constexpr (kStream) ws.drain();  // chunks issued ahead for steps that did not run
-    p.progress[2 * wg + 1] = 0xffffffffu;
-  }
+  if (threadIdx.x == kSignaller) p.progress[2 * wg + 1] = 0xffffffffu;
 }
 
 const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, bool grouped, bool long_context) {

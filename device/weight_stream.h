@@ -30,17 +30,29 @@ namespace mk::dev {
 #define MK_HAS_BULK_COPY 0
 #endif
 
+// The producer's cursor: instruction `index` (of this workgroup's list) at step `step`, `position`
+// instructions after the launch's first (step * list length + place in the list), is the one being
+// issued; `chunks_left` of its chunks (`rows_left` rows) remain, the next one read from `src` (per part)
+// into slot `slot` (the slot of chunk `issued`, kept to avoid a modulo). `loaded`: the fields after it
+// describe that instruction. Thread 0 copies it into registers for one call of the producer.
+struct StreamCursor {
+  uint32_t step, index, position, loaded;
+  uint32_t chunks_left, rows_left, rows_per_chunk, row_bytes;
+  uint32_t parts, slot;
+  const uint8_t* src[2];
+};
+
 struct StreamState {
   uint64_t full[kMaxStreamSlots];  // mbarrier per slot: the chunk's bytes have landed
   int pending[kMaxStreamSlots];    // rows of the slot's chunk not yet consumed
   volatile uint32_t issued;        // chunks issued so far in this launch
   uint32_t base;                   // sequence number of the current instruction's first chunk
-  // Producer cursor (thread 0 only): instruction `index` (of this workgroup's list) at step `step` is
-  // the one being issued; `chunks_left` of its chunks (`rows_left` rows) remain, the next one read from
-  // `next_src` (per part). `loaded`: the fields below `index` describe that instruction.
-  uint32_t step, index, loaded, chunks_left, rows_left;
-  const uint8_t* next_src[2];
-  uint32_t rows_per_chunk, row_bytes, parts;
+  StreamCursor cursor;             // thread 0 only
+};
+
+// Where a chunk is: its sequence number, its slot, and the parity of its slot's mbarrier phase.
+struct StreamPlace {
+  uint32_t seq, slot, phase;
 };
 
 // What one GEMV instruction streams: rows [begin, end) of `parts` matrices (gate_up: gate and up), each
@@ -82,34 +94,10 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   return true;
 }
 
-// The same shape from the host's table (KernelParams::op_streams), for the stream's bookkeeping on thread
-// 0, where the op is not known at compile time: a table entry instead of a switch over every op. (Inside
-// an op's body, gemv_shape's switch folds to that op's case, and the table's loads cost registers.)
-__device__ inline bool stream_shape(const KernelParams& p, const Instr& in, GemvShape* s) {
-  if (unsigned(in.op) >= unsigned(kNumStepOps)) return false;
-  const OpStream& o = p.op_streams[unsigned(in.op)];
-  if (o.parts == 0) return false;
-  const uint8_t* layer = reinterpret_cast<const uint8_t*>(p.layers + in.layer);
-  for (uint32_t k = 0; k < 2; ++k)
-    s->matrix[k] = k >= o.parts ? 0 : o.matrix_field[k] == kHeadMatrix ? p.lm_head : *reinterpret_cast<const uint64_t*>(layer + o.matrix_field[k]);
-  s->parts = int(o.parts);
-  s->cols = int(o.cols);
-  s->row_bytes = int(o.row_bytes);
-  s->rows_per_chunk = int(o.rows_per_chunk);
-  s->begin = in.begin;
-  s->end = in.end;
-  return true;
-}
-
-// Chunks an instruction streams at `step`, with its shape in `s` (none when its op is inactive then).
-__device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step, GemvShape* s) {
-  if (!stream_shape(p, in, s)) return 0;
-  if (!op_active(in, int(step), p.ingest)) return 0;
-  return s->chunks();
-}
-__device__ inline uint32_t stream_chunks(const KernelParams& p, const Instr& in, uint32_t step) {
-  GemvShape s;
-  return stream_chunks(p, in, step, &s);
+// Chunks instruction `record` streams at `step` (none when its op is inactive then).
+__device__ inline uint32_t record_chunks(const KernelParams& p, const StreamRecord& record, uint32_t step) {
+  if (!record.every_step && !op_active(record.op, int(step), p.ingest)) return 0;
+  return record.chunks;
 }
 
 #if MK_HAS_BULK_COPY
@@ -167,16 +155,20 @@ struct WeightStream {
   uint32_t list_begin, list_end;
 
   __device__ uint32_t slot_of(uint32_t seq) const { return seq % p.stream_slots; }
-  __device__ uint8_t* slot_data(uint32_t seq) const { return ring + size_t(slot_of(seq)) * p.stream_slot_bytes; }
+  __device__ uint8_t* slot_data(const StreamPlace& at) const { return ring + size_t(at.slot) * p.stream_slot_bytes; }
+  // Chunk `seq`'s place: one division, then `advance` from chunk to chunk.
+  __device__ StreamPlace place(uint32_t seq) const { return {seq, seq % p.stream_slots, (seq / p.stream_slots) & 1u}; }
+  __device__ void advance(StreamPlace& at) const {
+    ++at.seq;
+    if (++at.slot == p.stream_slots) at.slot = 0, at.phase ^= 1u;
+  }
 
   // Thread 0, once per launch, before the first __syncthreads.
   __device__ void init() {
     st.issued = 0;
     st.base = 0;
-    st.step = 0;
-    st.index = list_begin;
-    st.loaded = 0;
-    st.chunks_left = 0;
+    st.cursor = StreamCursor{};
+    st.cursor.index = list_begin;
 #if MK_HAS_BULK_COPY
     for (uint32_t s = 0; s < p.stream_slots; ++s) {
       mbarrier_init(&st.full[s], 1);
@@ -187,90 +179,115 @@ struct WeightStream {
   }
 
   // Producer: puts the cursor on the next instruction with chunks left (the current one first, if not yet
-  // loaded) and caches its shape; false when the launch's steps are exhausted.
-  __device__ bool settle_cursor() {
-    while (st.chunks_left == 0) {
-      if (st.loaded) {
-        if (++st.index >= list_end) st.index = list_begin, ++st.step;
+  // loaded), from its record; false when the launch's steps are exhausted.
+  __device__ bool settle(StreamCursor& c) const {
+    while (c.chunks_left == 0) {
+      if (c.loaded) {
+        ++c.position;
+        if (++c.index >= list_end) c.index = list_begin, ++c.step;
       }
-      if (st.step >= uint32_t(p.max_steps)) return false;
-      st.loaded = 1;
-      GemvShape s;
-      st.chunks_left = stream_chunks(p, p.instrs[st.index], st.step, &s);
-      if (st.chunks_left == 0) continue;
-      st.rows_left = s.rows();
-      st.rows_per_chunk = uint32_t(s.rows_per_chunk);
-      st.row_bytes = uint32_t(s.row_bytes);
-      st.parts = uint32_t(s.parts);
-      for (int part = 0; part < s.parts; ++part) st.next_src[part] = p.weights + s.matrix[part] + size_t(s.begin) * size_t(s.row_bytes);
+      if (c.step >= uint32_t(p.max_steps)) return false;
+      c.loaded = 1;
+      const StreamRecord& r = p.stream_records[c.index];
+      c.chunks_left = record_chunks(p, r, c.step);
+      if (c.chunks_left == 0) continue;
+      c.rows_left = r.rows;
+      c.rows_per_chunk = r.rows_per_chunk;
+      c.row_bytes = r.row_bytes;
+      c.parts = r.parts;
+      c.src[0] = p.weights + r.src[0];
+      c.src[1] = p.weights + r.src[1];
     }
     return true;
   }
 
-  // Producer: issues the next chunk if it belongs to an instruction at most `lookahead` instructions after
-  // (step, index) and (unless `blocking`) its slot is free. True if a chunk was issued.
-  __device__ bool issue_one(uint32_t step, uint32_t index, uint32_t lookahead, bool blocking) {
+  // Producer: issues up to `max_chunks` chunks in sequence order, each of an instruction at most
+  // `lookahead` instructions after position `at`. A chunk whose slot is still being read stops it, or
+  // (kBlocking) is waited for. Returns the chunks issued. Consumers see a chunk once `issued` counts it:
+  // while they run (kBlocking: the GEMV's own chunks) each chunk is published as it goes, else once at
+  // the end. Between instructions the cursor is copied into registers for the call; inside a GEMV's body
+  // (kBlocking) it stays in shared memory, where registers are scarce (the copy made the long-context
+  // kernels spill).
+  template <bool kBlocking>
+  __device__ uint32_t issue(uint32_t at, uint32_t lookahead, uint32_t max_chunks) {
 #if MK_HAS_BULK_COPY
-    if (!settle_cursor()) return false;
-    const uint32_t len = list_end - list_begin;
-    const uint64_t at = uint64_t(step) * len + (index - list_begin);
-    const uint64_t cursor = uint64_t(st.step) * len + (st.index - list_begin);
-    if (cursor > at + lookahead) return false;
-    const uint32_t seq = st.issued, slot = slot_of(seq);
+    StreamCursor copy;
+    if constexpr (!kBlocking) copy = st.cursor;
+    StreamCursor& c = kBlocking ? st.cursor : copy;
+    const uint32_t first = st.issued;
+    uint32_t seq = first;
     volatile int* pending = st.pending;
-    if (seq >= p.stream_slots && pending[slot] != 0) {
-      if (!blocking) return false;
-      while (pending[slot] != 0) __nanosleep(20);
+    while (seq - first < max_chunks && settle(c) && c.position <= at + lookahead) {
+      if (seq >= p.stream_slots && pending[c.slot] != 0) {
+        if constexpr (!kBlocking) break;
+        else
+          while (pending[c.slot] != 0) __nanosleep(20);
+      }
+      const uint32_t rows = min(c.rows_per_chunk, c.rows_left);
+      const uint32_t part_bytes = rows * c.row_bytes;
+      pending[c.slot] = int(rows);
+      mbarrier_expect_bytes(&st.full[c.slot], part_bytes * c.parts);
+      uint8_t* dst = ring + size_t(c.slot) * p.stream_slot_bytes;
+      bulk_copy(dst, c.src[0], part_bytes, &st.full[c.slot]);
+      c.src[0] += part_bytes;
+      if (c.parts > 1) {
+        bulk_copy(dst + part_bytes, c.src[1], part_bytes, &st.full[c.slot]);
+        c.src[1] += part_bytes;
+      }
+      c.rows_left -= rows;
+      --c.chunks_left;
+      if (++c.slot == p.stream_slots) c.slot = 0;
+      ++seq;
+      if constexpr (kBlocking) {
+        __threadfence_block();
+        st.issued = seq;
+      }
     }
-    const uint32_t rows = min(st.rows_per_chunk, st.rows_left);
-    const uint32_t part_bytes = rows * st.row_bytes;
-    pending[slot] = int(rows);
-    __threadfence_block();
-    mbarrier_expect_bytes(&st.full[slot], part_bytes * st.parts);
-    uint8_t* dst = slot_data(seq);
-    for (uint32_t part = 0; part < st.parts; ++part) {
-      bulk_copy(dst + size_t(part) * part_bytes, st.next_src[part], part_bytes, &st.full[slot]);
-      st.next_src[part] += part_bytes;
+    if constexpr (!kBlocking) {
+      if (seq != first) {
+        __threadfence_block();
+        st.issued = seq;
+      }
+      st.cursor = copy;
     }
-    st.rows_left -= rows;
-    --st.chunks_left;
-    __threadfence_block();
-    st.issued = seq + 1;
-    return true;
+    return seq - first;
 #else
-    (void)step, (void)index, (void)lookahead, (void)blocking;
-    return false;
+    (void)at, (void)lookahead, (void)max_chunks;
+    return 0;
 #endif
   }
+
+  // Position of instruction `index` of this workgroup's list at `step` (StreamCursor::position).
+  __device__ uint32_t position(uint32_t step, uint32_t index) const { return step * (list_end - list_begin) + (index - list_begin); }
 
   // Producer, before the instruction at (step, index) waits for its inputs: issues chunks of it (and of
   // up to `lookahead` instructions after it) into free slots, without waiting, until `cap` chunks are in
   // flight. All earlier instructions are done, so what is in flight is `issued - base`.
   __device__ void top_up(uint32_t step, uint32_t index, uint32_t lookahead, uint32_t cap) {
-    while (st.issued - st.base < cap && issue_one(step, index, lookahead, false)) {
-    }
+    const uint32_t in_flight = st.issued - st.base;
+    if (in_flight < cap) issue<false>(position(step, index), lookahead, cap - in_flight);
   }
 
   // Producer, during a GEMV instruction: issues the rest of its chunks, waiting for free slots.
-  __device__ void produce(uint32_t step, uint32_t index) {
-    while (issue_one(step, index, 0, true)) {
-    }
-  }
+  __device__ void produce(uint32_t step, uint32_t index) { issue<true>(position(step, index), 0, ~0u); }
 
-  // Consumer warp: waits until chunk `seq` is in its slot.
-  __device__ void wait_chunk(uint32_t seq) const {
+  // Thread 0, after instruction `index` signalled: the next instruction's chunks follow its chunks.
+  __device__ void finish(uint32_t step, uint32_t index) { st.base += record_chunks(p, p.stream_records[index], step); }
+
+  // Consumer warp: waits until chunk `at` is in its slot.
+  __device__ void wait_chunk(const StreamPlace& at) const {
 #if MK_HAS_BULK_COPY
     if (int(threadIdx.x) % MK_WARP_SIZE == 0)
-      while (st.issued <= seq) __nanosleep(20);
+      while (st.issued <= at.seq) __nanosleep(20);
     __syncwarp();
-    mbarrier_wait_parity(&st.full[slot_of(seq)], (seq / p.stream_slots) & 1u);
+    mbarrier_wait_parity(&st.full[at.slot], at.phase);
 #else
-    (void)seq;
+    (void)at;
 #endif
   }
 
   // Consumer warp, lane 0, after its last read of the row (its value depends on every lane's reads).
-  __device__ void release_row(uint32_t seq) const { atomicSub(&st.pending[slot_of(seq)], 1); }
+  __device__ void release_row(const StreamPlace& at) const { atomicSub(&st.pending[at.slot], 1); }
 
   // Thread 0, before the workgroup exits: no copy may still be landing in shared memory.
   __device__ void drain() {

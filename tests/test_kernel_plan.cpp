@@ -146,6 +146,59 @@ TEST(KernelPlan, OpStreamsNameEachOpsMatricesAndRows) {
   EXPECT_EQ(s[int(Op::QKV)].row_bytes, 1024u + 16u * 5u);
 }
 
+TEST(KernelPlan, StreamRecordsLocateEachInstructionsRows) {
+  // Llama-3.2-1B, bf16, 48 KiB slots: each instruction's record starts at its first row of its layer's
+  // matrices (rows of 4096 bytes but down's 16384), in chunks of 12 rows (6 for gate_up's two parts, 3 for
+  // down); the LM head's record asks whether it is active (not on prompt steps); the others stream
+  // nothing.
+  const Planned p = plan_for("llama-3.2-1b");
+  const std::vector<dev::StreamRecord> records = dev::plan_stream_records(p.schedule, p.dims, p.layout.layers, p.layout.lm_head, 48 * 1024);
+  ASSERT_EQ(records.size(), p.schedule.instrs.size());
+  std::vector<int> seen(kNumStepOps, 0);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const Instr& in = p.schedule.instrs[i];
+    const dev::StreamRecord& r = records[i];
+    SCOPED_TRACE(testing::Message() << "instruction " << i << " " << op_name(in.op) << " layer " << in.layer);
+    EXPECT_EQ(r.op, in.op);
+    EXPECT_EQ(r.every_step, in.op == Op::LMHead ? 0 : 1);
+    const LayerOffsets& l = p.layout.layers[in.layer];
+    const uint64_t rows = in.end - in.begin;
+    auto expect_rows = [&](uint64_t m0, uint64_t m1, uint32_t parts, uint32_t row_bytes, uint32_t per_chunk) {
+      EXPECT_EQ(r.parts, parts);
+      EXPECT_EQ(r.rows, rows);
+      EXPECT_EQ(r.row_bytes, row_bytes);
+      EXPECT_EQ(r.rows_per_chunk, per_chunk);
+      EXPECT_EQ(r.chunks, (rows + per_chunk - 1) / per_chunk);
+      EXPECT_EQ(r.src[0], m0 + in.begin * row_bytes);
+      if (parts == 2) {
+        EXPECT_EQ(r.src[1], m1 + in.begin * row_bytes);
+      }
+    };
+    ++seen[int(in.op)];
+    switch (in.op) {
+      case Op::QKV: expect_rows(l.wqkv, 0, 1, 4096, 12); break;
+      case Op::OProj: expect_rows(l.wo, 0, 1, 4096, 12); break;
+      case Op::GateUp: expect_rows(l.w_gate, l.w_up, 2, 4096, 6); break;
+      case Op::Down: expect_rows(l.w_down, 0, 1, 16384, 3); break;
+      case Op::LMHead: expect_rows(p.layout.lm_head, 0, 1, 4096, 12); break;
+      default: EXPECT_EQ(r.rows, 0u); EXPECT_EQ(r.chunks, 0u);
+    }
+  }
+  for (Op op : {Op::QKV, Op::OProj, Op::GateUp, Op::Down, Op::LMHead, Op::Attention}) EXPECT_GT(seen[int(op)], 0) << op_name(op);
+  // Without a stream every chunk is one row.
+  const std::vector<dev::StreamRecord> rows = dev::plan_stream_records(p.schedule, p.dims, p.layout.layers, p.layout.lm_head, 0);
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i].chunks, rows[i].rows) << "instruction " << i;
+  // A schedule with more layers than the offsets: an error naming the instruction and the layer.
+  std::vector<LayerOffsets> fewer(p.layout.layers.begin(), p.layout.layers.end() - 1);
+  try {
+    dev::plan_stream_records(p.schedule, p.dims, fewer, p.layout.lm_head, 48 * 1024);
+    ADD_FAILURE() << "no error for a layer without offsets";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 15"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the model has 15 layers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(KernelPlan, AttentionWarpPathCostsTheWeightStreamNoSlot) {
   // The long-context kernels' attention lays out its shared memory its own way (each warp's accumulators
   // and partials); the area is the larger of the two layouts. That must not cost the weight stream a slot

@@ -17,6 +17,7 @@ struct LMHeadOp : OpDefaults {
     return g;
   }
   // Not on prompt steps: nobody reads their logits.
+  static constexpr bool kEveryStep = false;
   MK_HD_INLINE static bool active(int step, int ingest) { return step + 1 >= ingest; }
   static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }
 #if MK_DEVICE_CODE

@@ -32,7 +32,9 @@ struct OpDefaults {
   static constexpr bool kGemv = false;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims&, const LayerOffsets&, uint64_t /*lm_head*/) { return {}; }
   // Whether the op does its work at `step` of a launch that ingests `ingest` tokens before sampling (an
-  // inactive instruction streams no weights; it still waits and signals).
+  // inactive instruction streams no weights; it still waits and signals). An op that overrides it sets
+  // kEveryStep to false, so that the weight stream asks it (plan_stream_records checks the pair).
+  static constexpr bool kEveryStep = true;
   MK_HD_INLINE static bool active(int /*step*/, int /*ingest*/) { return true; }
   // Floats of dynamic shared memory (the activation area) one instruction of the op needs.
   static size_t smem_floats(const ModelDims&, const Instr&) { return 0; }

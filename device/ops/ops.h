@@ -35,13 +35,25 @@ MK_HD_INLINE GemvMatrices op_gemv(const Instr& in, const ModelDims& d, const Lay
   return {};
 }
 
-// Whether instruction `in` does its work at this step (OpDefaults::active).
-MK_HD_INLINE bool op_active(const Instr& in, int step, int ingest) {
-  switch (in.op) {
+// Whether an instruction of `op` does its work at this step (OpDefaults::active).
+MK_HD_INLINE bool op_active(Op op, int step, int ingest) {
+  switch (op) {
 #define MK_OP_ACTIVE(E, name) \
   case Op::E: return E##Op::active(step, ingest);
     MK_FOR_EACH_OP(MK_OP_ACTIVE)
 #undef MK_OP_ACTIVE
+  }
+  return true;
+}
+MK_HD_INLINE bool op_active(const Instr& in, int step, int ingest) { return op_active(in.op, step, ingest); }
+
+// Whether `op` is active at every step (OpDefaults::kEveryStep).
+inline bool op_every_step(Op op) {
+  switch (op) {
+#define MK_OP_EVERY_STEP(E, name) \
+  case Op::E: return E##Op::kEveryStep;
+    MK_FOR_EACH_OP(MK_OP_EVERY_STEP)
+#undef MK_OP_EVERY_STEP
   }
   return true;
 }
