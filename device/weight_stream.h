@@ -63,7 +63,6 @@ struct GemvShape {
   uint32_t begin, end;
 
   __device__ uint32_t rows() const { return end - begin; }
-  __device__ uint32_t chunks() const { return (rows() + uint32_t(rows_per_chunk) - 1) / uint32_t(rows_per_chunk); }
   __device__ uint32_t rows_in_chunk(uint32_t c) const { return min(uint32_t(rows_per_chunk), rows() - c * uint32_t(rows_per_chunk)); }
 };
 
@@ -154,7 +153,6 @@ struct WeightStream {
   uint8_t* ring;  // slots * slot_bytes of dynamic shared memory
   uint32_t list_begin, list_end;
 
-  __device__ uint32_t slot_of(uint32_t seq) const { return seq % p.stream_slots; }
   __device__ uint8_t* slot_data(const StreamPlace& at) const { return ring + size_t(at.slot) * p.stream_slot_bytes; }
   // Chunk `seq`'s place: one division, then `advance` from chunk to chunk.
   __device__ StreamPlace place(uint32_t seq) const { return {seq, seq % p.stream_slots, (seq / p.stream_slots) & 1u}; }
@@ -292,8 +290,9 @@ struct WeightStream {
   // Thread 0, before the workgroup exits: no copy may still be landing in shared memory.
   __device__ void drain() {
 #if MK_HAS_BULK_COPY
-    const uint32_t n = st.issued, slots = p.stream_slots;
-    for (uint32_t seq = n > slots ? n - slots : 0; seq < n; ++seq) mbarrier_wait_parity(&st.full[slot_of(seq)], (seq / slots) & 1u);
+    const uint32_t n = st.issued;
+    for (StreamPlace at = place(n > p.stream_slots ? n - p.stream_slots : 0); at.seq < n; advance(at))
+      mbarrier_wait_parity(&st.full[at.slot], at.phase);
 #endif
   }
 };
