@@ -98,8 +98,7 @@ std::vector<StreamRecord> plan_stream_records(const Schedule& schedule, const Mo
   std::vector<StreamRecord> records(schedule.instrs.size());
   for (size_t i = 0; i < schedule.instrs.size(); ++i) {
     const Instr& in = schedule.instrs[i];
-    StreamRecord& r = records[i];
-    r = StreamRecord{};
+    StreamRecord& r = records[i];  // value-initialised: a record that streams nothing
     r.op = in.op;
     r.every_step = op_every_step(in.op) ? 1 : 0;
     if (unsigned(in.op) >= unsigned(kNumStepOps) || streams[int(in.op)].parts == 0 || in.end <= in.begin) continue;

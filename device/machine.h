@@ -107,7 +107,7 @@ struct Machine {
     for (uint32_t j = in_chunk; j < s.rows(); j += uint32_t(kWarps - 1), in_chunk += uint32_t(kWarps - 1)) {
       for (; in_chunk >= rpc; in_chunk -= rpc) ++chunk, ws.advance(at);
       ws.wait_chunk(at);
-      const uint8_t* row0 = ws.slot_data(at) + size_t(in_chunk) * size_t(s.row_bytes);
+      const uint8_t* row0 = ws.slot_data(at.slot) + size_t(in_chunk) * size_t(s.row_bytes);
       const Piece* w0 = reinterpret_cast<const Piece*>(row0);
       float acc0 = 0.f, acc1 = 0.f;
       if (s.parts == 1) {

@@ -153,7 +153,7 @@ struct WeightStream {
   uint8_t* ring;  // slots * slot_bytes of dynamic shared memory
   uint32_t list_begin, list_end;
 
-  __device__ uint8_t* slot_data(const StreamPlace& at) const { return ring + size_t(at.slot) * p.stream_slot_bytes; }
+  __device__ uint8_t* slot_data(uint32_t slot) const { return ring + size_t(slot) * p.stream_slot_bytes; }
   // Chunk `seq`'s place: one division, then `advance` from chunk to chunk.
   __device__ StreamPlace place(uint32_t seq) const { return {seq, seq % p.stream_slots, (seq / p.stream_slots) & 1u}; }
   __device__ void advance(StreamPlace& at) const {
@@ -225,7 +225,7 @@ struct WeightStream {
       const uint32_t part_bytes = rows * c.row_bytes;
       pending[c.slot] = int(rows);
       mbarrier_expect_bytes(&st.full[c.slot], part_bytes * c.parts);
-      uint8_t* dst = ring + size_t(c.slot) * p.stream_slot_bytes;
+      uint8_t* dst = slot_data(c.slot);
       bulk_copy(dst, c.src[0], part_bytes, &st.full[c.slot]);
       c.src[0] += part_bytes;
       if (c.parts > 1) {
@@ -269,7 +269,7 @@ struct WeightStream {
   // Producer, during a GEMV instruction: issues the rest of its chunks, waiting for free slots.
   __device__ void produce(uint32_t step, uint32_t index) { issue<true>(position(step, index), 0, ~0u); }
 
-  // Thread 0, after instruction `index` signalled: the next instruction's chunks follow its chunks.
+  // Thread 0, once instruction `index` has run: the next instruction's chunks follow its chunks.
   __device__ void finish(uint32_t step, uint32_t index) { st.base += record_chunks(p, p.stream_records[index], step); }
 
   // Consumer warp: waits until chunk `at` is in its slot.
