@@ -275,6 +275,31 @@ TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
   }
 }
 
+TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
+  // o_proj combines the active attention splits with 11 in registers, and merges any more batch by batch
+  // with the running max rescaled. 1,800 positions with 16 splits a kv head make 15 active (128 positions
+  // a split): a second batch of 4. On the weight stream and with weights through registers.
+  TinyModelSpec spec;
+  spec.eos = {};
+  spec.heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  spec.max_position = 2048;
+  auto model = load_tiny_model(spec, "gpu-combine");
+  for (const int slots : {-1, 0}) {
+    GpuOptions gopt;
+    gopt.context = 1900;
+    gopt.attention_splits = 16;
+    gopt.stream_slots = slots;
+    auto gpu = create_gpu_backend(*model, gopt);
+    ASSERT_EQ(gpu->schedule().attention_splits, 16);
+    std::vector<int32_t> prompt(1800);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + 7) % 160);
+    ASSERT_EQ(active_attention_splits(int(prompt.size()), 16), 15);
+    expect_gpu_matches_emulator(*model, *gpu, 1900, prompt, 16, fmt::format("1,800-token prompt, 15 active splits, {}", gpu->name()));
+  }
+}
+
 // Chunk steps (prefill) on the GPU against the emulator running the same schedule, over prompt lengths
 // (up to 4,096 tokens) and chunk sizes that do and do not divide them, for the shapes that take chunk
 // attention's tensor-core forms (head_dim 64 and 128, 4 and 8 query heads a kv head, Qwen3's 32, f16
