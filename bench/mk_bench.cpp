@@ -265,6 +265,12 @@ int run(int argc, char** argv) {
                  "sequence reaches)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "tiles", "warps"}));
+  std::string attention_combine = "auto";
+  app.add_option("--attention-combine", attention_combine,
+                 "where attention's split partials are combined: o_proj (in every o_proj workgroup), group (once per kv "
+                 "group, by its last split) or auto (the model's default)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "o_proj", "group"}));
   std::string sync_domains = "1";
   app.add_option("--sync-domains", sync_domains,
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
@@ -302,6 +308,7 @@ int run(int argc, char** argv) {
   opt.profile = profile;
   opt.trace_step = trace_step;
   opt.attention_splits = splits;
+  opt.attention_combine = attention_combine == "auto" ? -1 : attention_combine == "group" ? 1 : 0;
   opt.stream_slots = stream_slots;
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
@@ -428,6 +435,7 @@ int run(int argc, char** argv) {
     j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;
+    j["attention_combine"] = gpu->schedule().combine_once.enabled ? "group" : "o_proj";
     j["no_waits"] = no_waits;
     j["narrow"] = {{"workgroups", gpu->schedule().narrow_workgroups}, {"ops", mk::op_names(gpu->schedule().narrow_ops)}};
     for (const auto& r : results) {
@@ -462,9 +470,10 @@ int run(int argc, char** argv) {
              info.name, info.sm_count, double(info.total_memory) / (1 << 30), ceilings.read_gbps, ceilings.copy_gbps);
   const mk::WeightLayout layout = mk::plan_weight_layout(*model);
   fmt::print("model: {}, {} layers, hidden {}, weights {:.3f} GB ({}, embedding and LM head {}); {} attention splits per kv "
-             "head, one launch per repetition\nengine: {}\n",
+             "head, combined {}, one launch per repetition\nengine: {}\n",
              model_name, cfg.num_layers, cfg.hidden_size, double(gpu->weight_bytes()) / 1e9, mk::matrix_format_name(layout.format),
-             mk::matrix_format_name(layout.head_format), gpu->schedule().attention_splits, gpu->name());
+             mk::matrix_format_name(layout.head_format), gpu->schedule().attention_splits,
+             gpu->schedule().combine_once.enabled ? "once per kv group" : "in o_proj", gpu->name());
   fmt::print("batch 1, greedy, {} tokens per repetition, {} repetitions (median [min, max]); context depth = cached "
              "positions before the first generated token (filled with random K/V)\n\n",
              tokens, reps);

@@ -27,6 +27,19 @@ __device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
 #endif
 }
 
+// Add with acquire and release (a read-modify-write): returns the value before the add. The add that
+// completes a count sees, through the chain of earlier adds, everything each adder wrote before its own
+// add (the last arriver of a group of producers).
+__device__ __forceinline__ unsigned fetch_add_acq_rel(unsigned* p, unsigned v) {
+#if defined(MK_PLATFORM_NVIDIA)
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+#else
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#endif
+}
+
 // Every thread of a workgroup, before the barrier after which one thread release-adds the workgroup's
 // "done" counter. NVIDIA: nothing to do: bar.sync orders the block's writes before thread 0's
 // red.release.gpu, and a release is cumulative over what its thread has synchronised with (PTX memory

@@ -142,6 +142,7 @@ class MonokernelBackend final : public GpuBackend {
            opt.narrow_workgroups);
     ScheduleParams sp{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
                       plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)};
+    sp.attention_combine = opt.attention_combine;
     if (opt.narrow_workgroups > 0) sp.narrow_workgroups = opt.narrow_workgroups, sp.narrow_ops = opt.narrow_ops;
     schedule_ = build_schedule(cfg_, sp);
     const bool grouped = schedule_.sync_domains > 1;
@@ -312,7 +313,7 @@ class MonokernelBackend final : public GpuBackend {
   ~MonokernelBackend() override {
     if (lost_) {  // the hung kernel still runs: freeing what it uses would wait for it forever
       for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &stream_records_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
-                              &qkv_, &att_o_, &att_ml_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
+                              &qkv_, &att_o_, &att_ml_, &att_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
                               &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &chunk_tokens_, &chunk_x_,
                               &chunk_qkv_, &chunk_act_, &chunk_q_, &chunk_h_})
         b->abandon();
@@ -417,6 +418,7 @@ class MonokernelBackend final : public GpuBackend {
     x_.allocate(H * 4, "x");
     qkv_.allocate(size_t(layout_.qkv_rows) * 4, "qkv");
     att_o_.allocate(size_t(cfg_.num_heads) * S * hd * 4, "attention partials");
+    if (schedule_.combine_once.enabled) att_.allocate(size_t(cfg_.num_heads) * hd * 4, "attention output");
     att_ml_.allocate(dev::attention_ml_floats(dims()) * 4, "attention partials");  // whole 16-byte pieces: o_proj copies them so
     h_.allocate(size_t(cfg_.intermediate_size) * 4, "mlp activations");
     logits_.allocate(size_t(cfg_.vocab_size) * 4, "logits");
@@ -470,6 +472,8 @@ class MonokernelBackend final : public GpuBackend {
     p.qkv = qkv_.as<float>();
     p.att_o = att_o_.as<float>();
     p.att_ml = att_ml_.as<float>();
+    p.att = att_.as<float>();
+    p.arrivals_first = schedule_.combine_once.first_counter;
     p.h = h_.as<float>();
     p.logits = logits_.as<float>();
     p.lm_best_value = lm_value_.as<float>();
@@ -688,7 +692,7 @@ class MonokernelBackend final : public GpuBackend {
   size_t smem_bytes_ = 0;
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
-  DeviceBuffer weights_, layers_, instrs_, stream_records_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, h_, logits_,
+  DeviceBuffer weights_, layers_, instrs_, stream_records_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, att_, h_, logits_,
       lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, chunk_instrs_, chunk_wg_begin_,
       chunk_tokens_, chunk_x_, chunk_qkv_, chunk_act_, chunk_q_, chunk_h_;
   MappedHostBuffer channel_;

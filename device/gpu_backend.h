@@ -22,6 +22,9 @@ struct GpuOptions {
   int context = 4096;
   int attention_splits = 0;      // 0: chosen by build_schedule from the context
   AttentionPath attention_path = AttentionPath::Auto;
+  // Where attention's split partials are combined (ScheduleParams::attention_combine): -1 the model's
+  // default, 0 in every o_proj workgroup, 1 once per kv group by its last split.
+  int attention_combine = -1;
   bool stage_barriers = false;   // the flat-barrier schedule (ScheduleParams::stage_barriers), for comparison
   // Prompt tokens per chunk step (prefill; device/kernel_plan.h's plan_chunk_steps): -1 the default for
   // the context, 0 none (prompts go one token per step).

@@ -19,21 +19,9 @@ inline constexpr int kMaxStreamSlots = 16;  // shared-memory slots of the weight
 // and the signal at the end (counter release).
 enum ProfileField { kProfExec, kProfWait, kProfPrologue, kProfSignal, kProfileFields };
 
-// Staged K/V rows are padded by 8 elements: every row starts 16-byte aligned (one 16-byte load per 8
-// elements), and rows 16 bytes apart modulo 128 keep a quarter-warp's 16-byte loads of 8 rows on
-// distinct banks.
-MK_HD_INLINE int attention_row_stride(int head_dim) { return head_dim + 8; }
-
 // Warps of a workgroup on a 32-lane platform: the most there are (AMD's 64-lane waves make half as many).
 // Host-side plans that depend on the warp count size for this many.
 inline constexpr int kMaxWarps = kThreads / 32;
-
-// Positions of K/V staged in shared memory per attention tile: up to ~36 KiB of K plus V, so that a
-// whole split (kPositionsPerSplit = 128 positions) of a 64-wide head is one tile.
-MK_HD_INLINE int attention_tile_positions(int head_dim) {
-  const int t = (36 * 1024) / (2 * 2 * attention_row_stride(head_dim));
-  return t > 128 ? 128 : t;
-}
 
 // What one token-step instruction streams through the weight stream (KernelParams::stream_records, one
 // per entry of `instrs`; built on the host by plan_stream_records from its op's gemv() and its layer's
@@ -58,6 +46,10 @@ struct ModelDims {
   bool qkv_bias, qk_norm;
   MatrixFormat format;       // of the layers' weight matrices (runtime/matrix_format.h)
   MatrixFormat head_format;  // of the embedding and the LM head
+  // Schedule::combine_once: each kv group's last attention split combines the group's partials into
+  // KernelParams::att, which o_proj reads.
+  bool combine_once;
+  int split_positions_log2;  // attention_split_positions_log2(head_dim)
 };
 
 // Shared memory of one attention instruction on the tile path (device/ops/attention.h).
@@ -164,7 +156,7 @@ inline constexpr bool kWarpMmaBuild = MK_WARP_MMA != 0;
 // (Llama-3.2-1B from 8192; Llama-3.1-8B even at 8192).
 MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool tensor_cores) {
   if (!attention_warp_path_supported(d)) return false;
-  const int splits = active_attention_splits(positions, d.attention_splits);
+  const int splits = active_attention_splits(positions, d.attention_splits, d.split_positions_log2);
   const int per_split = (positions + splits - 1) / splits;
   if (tensor_cores && attention_warp_mma(d))
     return 2 * per_split > 3 * kPositionsPerSplit || d.group_size * attention_tile_positions(d.head_dim) > kThreads;
@@ -213,6 +205,8 @@ struct KernelParams {
   uint32_t first_striped_counter, sync_domains;
   const int16_t* unit_domain;
   uint32_t unit_domain_len;
+  // With ModelDims::combine_once: the first of the attention arrival counters (CombineOnce::counter).
+  uint32_t arrivals_first;
   // Weights (one image) and their offsets.
   const uint8_t* weights;
   const LayerOffsets* layers;
@@ -220,8 +214,9 @@ struct KernelParams {
   // Decode state.
   float* x;
   float* qkv;
-  float* att_o;
-  float* att_ml;
+  float* att_o;   // attention partials: unnormalised o per (query head, split)
+  float* att_ml;  // and (m, l) per (query head, split)
+  float* att;     // with combine_once: the attention output per query head
   float* h;
   float* logits;
   float* lm_best_value;

@@ -12,7 +12,8 @@ ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Sch
   return ModelDims{c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
                    c.head_dim, c.group_size(), c.vocab_size, layout.qkv_rows, layout.qkv_group_rows,
                    schedule.attention_splits, schedule.lm_head_slots, c.rms_norm_eps, c.qkv_bias,
-                   c.qk_norm, layout.format, layout.head_format};
+                   c.qk_norm, layout.format, layout.head_format, schedule.combine_once.enabled,
+                   attention_split_positions_log2(c.head_dim)};
 }
 
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
@@ -149,7 +150,8 @@ MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, 
   need.kv_cache = 2 * size_t(c.num_layers) * size_t(c.num_kv_heads) * size_t(context) * size_t(c.head_dim) * 2;
   const size_t rope = size_t(context) * size_t(c.head_dim) * sizeof(float);
   const size_t state = size_t(4 * (size_t(c.hidden_size) + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
-                              8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2));
+                              8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2) +
+                              (schedule.combine_once.enabled ? 4 * size_t(c.q_dim()) : 0));
   const size_t token_lists = schedule.instrs.size() * (sizeof(Instr) + sizeof(StreamRecord)) + schedule.wg_begin.size() * sizeof(uint32_t);
   need.other = rope + state + token_lists + slack;
   if (schedule.chunk.enabled()) {

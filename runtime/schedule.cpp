@@ -177,6 +177,7 @@ class Builder {
     }
     s.sample_counter = renumber[s.sample_counter];
     if (s.h_slices.count > 0) s.h_slices.first_counter = renumber[s.h_slices.first_counter];
+    if (s.combine_once.enabled) s.combine_once.first_counter = renumber[s.combine_once.first_counter];
     s.sync_domains = striped.empty() ? 1 : domains;
     s.first_striped_counter = uint32_t(flat.size());
     return s;
@@ -279,6 +280,10 @@ ChunkSchedule build_chunk_schedule(const ModelConfig& c, int W, int C) {
 
 }  // namespace
 
+bool attention_combine_once_default(const ModelConfig& c, int splits) {
+  return size_t(c.q_dim()) * size_t(splits) * sizeof(float) >= 256 * 1024;
+}
+
 Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   const int W = p.num_workgroups;
   if (W < 1) fail("schedule: need at least one workgroup (got {})", W);
@@ -290,6 +295,8 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   if (W > 65535) fail("schedule: {} workgroups is more than the 65535 LM-head slots an instruction can name", W);
   if (p.narrow_workgroups < 0 || p.narrow_workgroups > W)
     fail("schedule: narrow stages need between 1 and the {} workgroups, or 0 for none (got {})", W, p.narrow_workgroups);
+  if (p.attention_combine < -1 || p.attention_combine > 1)
+    fail("schedule: attention's combine is -1 (the model's default), 0 (in o_proj) or 1 (once per kv group), not {}", p.attention_combine);
   if (p.narrow_ops & ~(op_bit(Op::QKV) | op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down)))
     fail("schedule: only the qkv, o_proj, gate_up and down stages can be narrowed");
   Schedule s;
@@ -334,6 +341,16 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
       for (uint32_t k = 0; k < hs.count; ++k) {
         const uint32_t id = b.counter(fmt::format("layer {} h slice {}", l, k));
         if (l == 0 && k == 0) hs.first_counter = id;
+      }
+  }
+  const bool combine_once = p.attention_combine < 0 ? attention_combine_once_default(c, s.attention_splits) : p.attention_combine > 0;
+  if (combine_once) {
+    s.combine_once.enabled = true;
+    s.combine_once.groups = uint32_t(groups);
+    for (int l = 0; l < c.num_layers; ++l)
+      for (int g = 0; g < groups; ++g) {
+        const uint32_t id = b.counter(fmt::format("layer {} attention arrivals group {}", l, g));
+        if (l == 0 && g == 0) s.combine_once.first_counter = id;
       }
   }
   const uint32_t lm_done = b.counter("lm_head");

@@ -99,6 +99,10 @@ struct ScheduleParams {
   // a latency-bound stage, the others going on to their next instruction.
   int narrow_workgroups = 0;
   uint32_t narrow_ops = 0;
+  // Where attention's split partials are combined: -1 where the model's default puts it
+  // (attention_combine_once_default), 0 in every o_proj workgroup, 1 once per kv group by the group's
+  // last split (Schedule::combine_once).
+  int attention_combine = -1;
 };
 
 static_assert(kNumOps <= 32, "op_bit: one bit per op in a uint32_t");
@@ -166,6 +170,18 @@ struct HSlices {
   uint32_t last_touched(uint32_t r1) const { return (r1 - 1) / cols; }
 };
 
+// Attention's splits combined once per kv group (ScheduleParams::attention_combine): every split adds 1
+// to its group's arrival counter after writing its partial (an acquire-release add that nothing waits
+// on), and the add that completes the step's count (attention_last_arrival) combines the group's
+// partials into the attention output before its split signals; o_proj then reads that output instead of
+// combining every head's partials itself. The counters are flat and consecutive: layer l's group g is
+// first_counter + l * groups + g.
+struct CombineOnce {
+  bool enabled = false;
+  uint32_t first_counter = 0, groups = 0;
+  uint32_t counter(int layer, uint32_t g) const { return first_counter + uint32_t(layer) * groups + g; }
+};
+
 struct Schedule {
   int num_workgroups = 0;
   int num_layers = 0;
@@ -183,6 +199,7 @@ struct Schedule {
   uint32_t narrow_ops = 0;
   int narrow_workgroups = 0;
   HSlices h_slices;
+  CombineOnce combine_once;
   ChunkSchedule chunk;
 
   uint32_t num_counters() const { return uint32_t(counter_names.size()); }
@@ -206,6 +223,12 @@ struct Schedule {
 };
 
 Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params);
+// Whether a model's attention partials are combined once per kv group unless asked otherwise: where
+// every o_proj workgroup would read at least 256 KiB of partials with all S splits active (Llama-3.1-8B:
+// 32 heads of 128 x 16 splits). Smaller models combine in o_proj: the last split's round trips on the
+// critical path cost them more than the redundant reads (docs/log.md, eleventh and twenty-third
+// sessions).
+bool attention_combine_once_default(const ModelConfig& config, int splits);
 
 // The line of stripe `stripe` of counter c (flat counters: stripe is ignored): the flat counters first,
 // one line each, then the per-domain counters, `domains` lines each. Shared by the kernel and the emulator.
@@ -216,17 +239,44 @@ MK_HD_INLINE uint32_t counter_line(uint32_t c, uint32_t stripe, uint32_t first_s
 // topology probe's map does not cover its unit.
 MK_HD_INLINE uint32_t fallback_sync_domain(uint32_t workgroup, uint32_t domains) { return workgroup % domains; }
 
+// Staged K/V rows are padded by 8 elements: every row starts 16-byte aligned (one 16-byte load per 8
+// elements), and rows 16 bytes apart modulo 128 keep a quarter-warp's 16-byte loads of 8 rows on
+// distinct banks.
+MK_HD_INLINE int attention_row_stride(int head_dim) { return head_dim + 8; }
+
+// Positions of K/V staged in shared memory per tile of attention's tile path (device/ops/attention.h): up
+// to ~40 KiB of K plus V, at most 128.
+MK_HD_INLINE int attention_tile_positions(int head_dim) {
+  const int t = (40 * 1024) / (2 * 2 * attention_row_stride(head_dim));
+  return t > 128 ? 128 : t;
+}
+
 // Which positions of an n-position cache attention split `split` of S covers. The active splits grow
-// with the sequence, about kPositionsPerSplit positions each, up to S: a short sequence has few partials
-// to combine, a long one keeps the whole grid busy. Inactive splits cover nothing. Shared by the
-// emulator and the GPU kernel.
+// with the sequence, attention_split_positions each, up to S: a short sequence has few partials to
+// combine, a long one keeps the whole grid busy. Inactive splits cover nothing. Shared by the emulator
+// and the GPU kernel.
 inline constexpr int kPositionsPerSplit = 128;
-MK_HD_INLINE int active_attention_splits(int n, int S) {
-  const int a = (n + kPositionsPerSplit - 1) / kPositionsPerSplit;
+// A split's positions while fewer than S are active, as a power of two (its log2): kPositionsPerSplit,
+// halved until the split is one tile of the tile path (head_dim 128: 64), so that a wide head's split is
+// one tile, not two, and twice as many workgroups share a short sequence (docs/log.md, twenty-third
+// session). The kernel takes it from ModelDims::split_positions_log2, computed once on the host.
+MK_HD_INLINE int attention_split_positions_log2(int head_dim) {
+  int log2 = 7;  // kPositionsPerSplit
+  while (log2 > 3 && (1 << log2) > attention_tile_positions(head_dim)) --log2;
+  return log2;
+}
+MK_HD_INLINE int active_attention_splits(int n, int S, int split_positions_log2) {
+  const int a = (n + (1 << split_positions_log2) - 1) >> split_positions_log2;
   return a < 1 ? 1 : (a > S ? S : a);
 }
-MK_HD_INLINE void attention_split_range(int n, int S, int split, int* p0, int* p1) {
-  const int active = active_attention_splits(n, S);
+// Whether an attention split's add to its kv group's arrival counter, which found `before`, was the last
+// of step `step`'s `splits` adds (counters only grow during a launch). Shared by the kernel and the
+// emulator.
+MK_HD_INLINE bool attention_last_arrival(uint32_t before, uint32_t splits, uint32_t step) {
+  return before + 1 == splits * (step + 1);
+}
+MK_HD_INLINE void attention_split_range(int n, int S, int split_positions_log2, int split, int* p0, int* p1) {
+  const int active = active_attention_splits(n, S, split_positions_log2);
   const int chunk = (n + active - 1) / active;
   const int first = split < active ? split * chunk : n;
   *p0 = first < n ? first : n;

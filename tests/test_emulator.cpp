@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
@@ -152,7 +153,7 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   opt.record_logits = true;
   opt.check_dependencies = true;
   ASSERT_EQ(build_schedule(model->config, ScheduleParams{16, 0}).attention_splits, 8);
-  EXPECT_EQ(active_attention_splits(300, 8), 3);
+  EXPECT_EQ(active_attention_splits(300, 8, attention_split_positions_log2(model->config.head_dim)), 3);
   std::vector<int32_t> prompt(300);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
   expect_emulator_matches_reference(*model, prompt, opt, 12);
@@ -238,22 +239,37 @@ TEST(Schedule, NarrowStagesComputeTheSameThingWithEveryAccessOrdered) {
 }
 
 TEST(Schedule, SplitRangesCoverTheCacheExactlyOnce) {
+  for (int hd : {64, 128, 256})
   for (int S : {1, 3, 8, 16, 32})
-    for (int n : {1, 2, 127, 128, 129, 300, 1000, 4097}) {
+    for (int n : {1, 2, 63, 64, 65, 127, 128, 129, 300, 1000, 4097}) {
       std::vector<int> covered(size_t(n), 0);
       for (int split = 0; split < S; ++split) {
         int p0, p1;
-        attention_split_range(n, S, split, &p0, &p1);
+        attention_split_range(n, S, attention_split_positions_log2(hd), split, &p0, &p1);
         ASSERT_LE(0, p0);
         ASSERT_LE(p0, p1);
         ASSERT_LE(p1, n);
         for (int p = p0; p < p1; ++p) ++covered[size_t(p)];
-        if (split >= active_attention_splits(n, S)) {
+        if (split >= active_attention_splits(n, S, attention_split_positions_log2(hd))) {
           EXPECT_EQ(p0, p1) << "inactive split " << split;
         }
       }
-      for (int p = 0; p < n; ++p) ASSERT_EQ(covered[size_t(p)], 1) << "S " << S << " n " << n << " position " << p;
+      for (int p = 0; p < n; ++p) ASSERT_EQ(covered[size_t(p)], 1) << "head_dim " << hd << " S " << S << " n " << n << " position " << p;
     }
+}
+
+TEST(Schedule, ASplitOfAShortSequenceIsOneTile) {
+  // Heads up to 64 wide: 128 positions a split, one tile; wider heads' tiles hold fewer, so their splits
+  // halve until one fits: more workgroups share a short sequence instead of each walking two tiles.
+  EXPECT_EQ(attention_split_positions_log2(64), 7);
+  EXPECT_EQ(attention_split_positions_log2(128), 6);
+  EXPECT_EQ(attention_split_positions_log2(256), 5);
+  for (int hd : {32, 64, 96, 128, 256}) EXPECT_LE(1 << attention_split_positions_log2(hd), attention_tile_positions(hd)) << hd;
+  EXPECT_EQ(active_attention_splits(1024, 16, attention_split_positions_log2(64)), 8);
+  EXPECT_EQ(active_attention_splits(1024, 16, attention_split_positions_log2(128)), 16);
+  int p0, p1;
+  attention_split_range(1152, 16, attention_split_positions_log2(128), 15, &p0, &p1);
+  EXPECT_LE(p1 - p0, attention_tile_positions(128));  // depth 1024 + 128 steps: still one tile a split
 }
 
 // Greedy runs of one model under several emulator configurations: the first run's tokens and logits
@@ -413,6 +429,95 @@ TEST(DependencyChecker, CatchesAMissingWaitOfOProjOnAttention) {
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     opt.interleaving = policy;
     EXPECT_EQ(run_and_catch(*model, good, opt), "") << interleaving_name(policy);
+  }
+}
+
+// Runs `s` under every interleaving policy and a few seeds until one run reports a violation; returns
+// its message ("" if none did).
+std::string first_violation(const Model& model, const Schedule& s, EmulatorOptions opt) {
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random})
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      opt.interleaving = policy;
+      opt.interleave_seed = seed;
+      std::string msg = run_and_catch(model, s, opt);
+      if (!msg.empty()) return msg;
+    }
+  return "";
+}
+
+ScheduleParams combine_once_params(int workgroups, int splits) {
+  ScheduleParams p{workgroups, splits};
+  p.attention_combine = 1;
+  return p;
+}
+
+TEST(Emulator, CombineOncePerKvGroupMatchesTheReference) {
+  // Attention's partials combined by each kv group's last split (Schedule::combine_once, forced on a
+  // tiny model), over several active splits, with the checker on, in every interleaving.
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = load_tiny_model(spec, "emu-combine-once");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 400;
+  opt.attention_combine = 1;
+  opt.record_logits = true;
+  opt.check_dependencies = true;
+  ASSERT_TRUE(build_schedule(model->config, combine_once_params(16, 0)).combine_once.enabled);
+  ASSERT_FALSE(build_schedule(model->config, ScheduleParams{16, 0}).combine_once.enabled);  // the tiny model's default
+  std::vector<int32_t> prompt(300);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    opt.interleaving = policy;
+    SCOPED_TRACE(interleaving_name(policy));
+    expect_emulator_matches_reference(*model, prompt, opt, 8);
+  }
+}
+
+TEST(Schedule, CombinesOnceWhereO_projWouldReadAQuarterMebibyteOfPartials) {
+  ModelConfig c;
+  c.num_heads = 32, c.head_dim = 128;  // Llama-3.1-8B: 4,096 x 16 splits x 4 bytes = 256 KiB
+  EXPECT_TRUE(attention_combine_once_default(c, 16));
+  EXPECT_FALSE(attention_combine_once_default(c, 15));
+  c.head_dim = 64;  // Llama-3.2-1B
+  EXPECT_FALSE(attention_combine_once_default(c, 16));
+}
+
+// o_proj waiting for one attention split fewer than there are: it can run before the split that combines
+// a kv group's partials (the last to arrive, whichever that is) has written the output.
+TEST(DependencyChecker, CatchesAnOProjThatCanRunBeforeTheCombiningSplit) {
+  TinyModelSpec spec;
+  auto model = load_tiny_model(spec, "dep-combine");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 32;
+  auto s = build_schedule(model->config, combine_once_params(16, 0));
+  for (auto& in : s.instrs)
+    if (in.op == Op::OProj && in.layer == 1) in.waits[0].per_step -= 1;
+  const std::string msg = first_violation(*model, s, opt);
+  EXPECT_THAT(msg, HasSubstr("dependency violation"));
+  EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step [0-9]+, workgroup [0-9]+: layer 1 o_proj rows \\[[0-9]+, [0-9]+\\)\n"
+                                            "  producer: step [0-9]+, workgroup [0-9]+: layer 1 attention \\(kv group [0-9], split [0-9]+\\)\n"
+                                            "  buffer attention output"));
+  EXPECT_EQ(first_violation(*model, build_schedule(model->config, combine_once_params(16, 0)), opt), "");
+}
+
+// The checker's model of an add with acquire and release: the add that completes a count is ordered after
+// every earlier adder's writes; a plain release-add (no acquire) orders nothing for the adder.
+TEST(DependencyChecker, AnAddWithAcquireOrdersTheLastArriverAfterEveryAdder) {
+  auto describe = [](const emu::InstrRef& r) { return fmt::format("instruction {}", r.index); };
+  for (bool acquire : {true, false}) {
+    emu::DependencyChecker checker(3, 1, describe);
+    const int buffer = checker.add_buffer("partials", 3);
+    for (int wg = 0; wg < 2; ++wg) {
+      checker.write(wg, emu::InstrRef{0, uint32_t(wg), uint32_t(wg)}, buffer, size_t(wg), size_t(wg) + 1);
+      checker.read_modify_write(wg, 0, uint32_t(wg));
+    }
+    if (acquire) checker.read_modify_write(2, 0, 2);
+    else checker.release(2, 0);
+    checker.read(2, emu::InstrRef{0, 2, 2}, buffer, 0, 2);
+    if (acquire) EXPECT_NO_THROW(checker.throw_if_violations());
+    else EXPECT_THAT(test::error_of([&] { checker.throw_if_violations(); }), HasSubstr("partials"));
   }
 }
 

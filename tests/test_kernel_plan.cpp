@@ -230,7 +230,7 @@ TEST(KernelPlan, AttentionWarpPathTakesTensorCoresForHeadsOf32Or64) {
     // area nothing: a larger area takes shared memory from the L1 carve-out (docs/log.md, tenth session).
     const int G = p.dims.group_size, hd = p.dims.head_dim;
     if (mma) {
-      EXPECT_LE(8 * dev::attention_row_stride(hd), G * dev::attention_warp_tile_positions(hd) + 3 * dev::kMaxWarps * G) << preset;
+      EXPECT_LE(8 * attention_row_stride(hd), G * dev::attention_warp_tile_positions(hd) + 3 * dev::kMaxWarps * G) << preset;
     }
   }
   dev::ModelDims d{};

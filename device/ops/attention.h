@@ -20,6 +20,7 @@
 #include "device/ops/op_spec.h"
 #if MK_DEVICE_CODE
 #include "device/async_copy.h"
+#include "device/device_atomics.h"
 #include "device/gemv.h"
 #include "device/tensor_core.h"
 #endif
@@ -27,7 +28,12 @@
 namespace mk::dev {
 
 struct AttentionOp : OpDefaults {
-  static size_t smem_floats(const ModelDims& d, const Instr&) { return attention_smem_bytes(d) / sizeof(float) + 1; }
+  // The larger of the two paths' areas and, with ModelDims::combine_once, every split's partial of the group.
+  static size_t smem_floats(const ModelDims& d, const Instr&) {
+    const size_t paths = attention_smem_bytes(d) / sizeof(float) + 1;
+    const size_t combine = d.combine_once ? size_t(d.attention_splits) * size_t(d.group_size) * size_t(d.head_dim + 2) : 0;
+    return paths > combine ? paths : combine;
+  }
 #if MK_DEVICE_CODE
   // Where the instruction keeps what in shared memory; kernel_params.h's attention_smem_bytes sizes it.
   __device__ static AttentionSmem smem_plan(const ModelDims& d, float* base) {
@@ -128,7 +134,7 @@ struct AttentionOp : OpDefaults {
     const ModelDims& d = m.p.dims;
     const int pos = m.p.start + int(m.step);
     int p0, p1;
-    attention_split_range(pos + 1, d.attention_splits, int(in.end), &p0, &p1);
+    attention_split_range(pos + 1, d.attention_splits, d.split_positions_log2, int(in.end), &p0, &p1);
     const AttentionSmem a = smem_plan(d, m.smem);
     const int cached = min(min(a.tile, p1 - p0), pos - p0);
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(m.p.context);
@@ -140,29 +146,99 @@ struct AttentionOp : OpDefaults {
     const ModelDims& d = m.p.dims;
     const int pos = m.p.start + int(m.step);
     int p0, p1;
-    attention_split_range(pos + 1, d.attention_splits, int(in.end), &p0, &p1);
+    attention_split_range(pos + 1, d.attention_splits, d.split_positions_log2, int(in.end), &p0, &p1);
     const int cached = min(min(a.tile, p1 - p0), pos - p0);
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(m.p.context);
     if (cached > 0) stage_tile(m, cache_base, p0, cached, a);
   }
 
-  // Attention for kv group g over its split of the cache, for all G query heads of the group. The long-context
-  // kernels take the warp path (run_warps); the tile path follows: the cache slice is walked in tiles of
-  // K/V rows staged in shared memory (one load round trip per tile), with an online softmax across tiles,
-  // each step by the whole workgroup. Writes this split's (m, l, unnormalised o) per head for o_proj.
+  // Attention for kv group g over its split of the cache, for all G query heads of the group: this split's
+  // (m, l, unnormalised o) per head, by the warp path in the long-context kernels, else the tile path; then,
+  // on the tile path with ModelDims::combine_once, the group's last split to arrive combines the group's
+  // partials. The long-context kernels leave the combine to o_proj: with it in their attention (not
+  // executed where combine_once is off) Llama-3.2-1B ran 2.1-2.5% slower at depth 16384, and with the
+  // group kept in registers across the warp path they spilled (docs/log.md, twenty-third session).
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
     if constexpr (MachineT::kLongContext) {
       run_warps(m, in);
-      return;
+    } else {
+      run_tiles(m, in);
+      if (m.p.dims.combine_once) combine_if_last(m, uint32_t(in.layer) * uint32_t(m.p.dims.kv_heads) + in.begin);
     }
+  }
+
+  // Flash-decoding reduction once per kv group (Schedule::combine_once): each split adds to its group's
+  // arrival counter (acquire + release) after writing its partial; the add that completes the step's count
+  // has seen every split's partial, and its workgroup combines them: the active splits' partials are
+  // copied into shared memory (asynchronous copies, no registers: the kernel has none to spare for a
+  // batch in flight), then a thread per output element of the group's heads weighs them:
+  // attn = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s. Its writes are released with the
+  // instruction's signal, which o_proj waits for. AttentionOp::smem_floats sizes the area for all S.
+  // `layer_group`: layer x kv heads + the kv group (its arrival counter's index after arrivals_first).
+  template <class MachineT>
+  __device__ static void combine_if_last(MachineT& m, uint32_t layer_group) {
+    const ModelDims& d = m.p.dims;
+    const int hd = d.head_dim, G = d.group_size, S = d.attention_splits;
+    __shared__ uint32_t last;
+    release_block_writes();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned* arrivals = m.p.counters + counter_word(m.p.arrivals_first + layer_group);
+      last = attention_last_arrival(fetch_add_acq_rel(arrivals, 1u), uint32_t(S), m.step) ? 1u : 0u;
+    }
+    __syncthreads();
+    if (!last) return;
+    const uint32_t group = layer_group % uint32_t(d.kv_heads);
+    const int A = active_attention_splits(m.p.start + int(m.step) + 1, S, d.split_positions_log2);
+    // Shared memory: o as [split][head][head_dim], then (m, l) as [head][split]. 32-bit index arithmetic
+    // and loops kept rolled: the long-context kernels have next to no registers to spare.
+    const int GH = G * hd, row4 = hd / 4;
+    float* o = m.smem;
+    float2* ml = reinterpret_cast<float2*>(o + A * GH);
+    const float* src_o = m.p.att_o + size_t(group) * size_t(G * S * hd);  // the group's first (head, split)
+    const float2* src_ml = reinterpret_cast<const float2*>(m.p.att_ml) + size_t(group) * size_t(G * S);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < A * G * row4; i += kThreads) {
+      const int k = i / (G * row4), r = i - k * (G * row4), j = r / row4, e = (r - j * row4) * 4;
+      copy_async_16(o + k * GH + j * hd + e, src_o + (j * S + k) * hd + e);
+    }
+#pragma unroll 1
+    for (int i = threadIdx.x; i < G * A; i += kThreads) {
+      const int j = i / A;
+      ml[i] = load_fresh(src_ml + j * S + (i - j * A));
+    }
+    wait_async_copies();
+    __syncthreads();
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < GH; idx += kThreads) {
+      const float2* w = ml + (idx / hd) * A;
+      float M = -INFINITY;
+#pragma unroll 1
+      for (int k = 0; k < A; ++k)
+        if (w[k].y != 0.f) M = fmaxf(M, w[k].x);  // l = 0: an empty split
+      float acc = 0.f, total = 0.f;
+#pragma unroll 1
+      for (int k = 0; k < A; ++k)
+        if (w[k].y != 0.f) {
+          const float f = __expf(w[k].x - M);
+          acc += f * o[k * GH + idx], total += f * w[k].y;
+        }
+      m.p.att[size_t(group) * size_t(GH) + size_t(idx)] = acc / total;  // split 0 holds position 0
+    }
+  }
+
+  // The tile path: the cache slice is walked in tiles of K/V rows staged in shared memory (one load round
+  // trip per tile), with an online softmax across tiles, each step by the whole workgroup.
+  template <class MachineT>
+  __device__ static void run_tiles(MachineT& m, const Instr& in) {
     const LayerOffsets& L = m.p.layers[in.layer];
     const ModelDims& d = m.p.dims;
     const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
     const int pos = m.p.start + int(m.step);
     const uint32_t g = in.begin, split = in.end;
     int p0, p1;
-    attention_split_range(pos + 1, S, int(split), &p0, &p1);
+    attention_split_range(pos + 1, S, d.split_positions_log2, int(split), &p0, &p1);
     const bool owns_new = p0 <= pos && pos < p1;
     const AttentionSmem a = smem_plan(d, m.smem);
 
@@ -270,7 +346,7 @@ struct AttentionOp : OpDefaults {
     const int pos = m.p.start + int(m.step);
     const uint32_t g = in.begin, split = in.end;
     int p0, p1;
-    attention_split_range(pos + 1, S, int(split), &p0, &p1);
+    attention_split_range(pos + 1, S, d.split_positions_log2, int(split), &p0, &p1);
     const bool owns_new = p0 <= pos && pos < p1;
     const AttentionWarpSmem a = warp_smem_plan(d, m.smem);
 

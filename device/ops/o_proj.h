@@ -1,5 +1,5 @@
-// OProj row blocks: combine the attention splits of every head (flash-decoding reduction), then
-// x[rows] += W_o * attn.
+// OProj row blocks: combine the attention splits of every head (flash-decoding reduction), unless each
+// kv group's last attention split has (Schedule::combine_once), then x[rows] += W_o * attn.
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -24,7 +24,7 @@ struct OProjOp : OpDefaults {
     const ModelDims& d = m.p.dims;
     const int hd = d.head_dim, S = d.attention_splits;
     // Only the splits active at this length hold data (attention_split_range).
-    const int A = active_attention_splits(m.p.start + int(m.step) + 1, S);
+    const int A = active_attention_splits(m.p.start + int(m.step) + 1, S, d.split_positions_log2);
     // Flash-decoding reduction of the splits of every head into shared memory (planes), in one L2 round
     // trip: the (m, l) of all (head, split) go to shared memory by asynchronous copies while each thread's
     // loads of its 4 elements' partial outputs for all splits are in flight in registers; then each
@@ -78,8 +78,16 @@ struct OProjOp : OpDefaults {
       }
       __syncthreads();
     };
+    // Schedule::combine_once: each kv group's last attention split has combined the partials into att.
+    auto load_attn = [&] {
+      const float residual = m.fetch_residual(in);
+      load_to_planes(m.p.att, d.heads * hd, m.smem);
+      m.store_residual(in, residual);
+      __syncthreads();
+    };
     const float* res = m.residual_rows();
-    m.gemv(in, combine, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
+    m.gemv(
+        in, [&] { MachineT::kLongContext || !d.combine_once ? combine() : load_attn(); }, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
   }
 #endif
 };

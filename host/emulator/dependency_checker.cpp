@@ -41,6 +41,13 @@ void DependencyChecker::acquire(int wg, uint32_t counter, uint32_t target) {
   for (size_t i = 0; i < c.size(); ++i) c[i] = std::max(c[i], s[i]);
 }
 
+void DependencyChecker::read_modify_write(int wg, uint32_t counter, uint32_t before) {
+  if (snapshots_[counter].size() != before)
+    fail("dependency checker: counter {} read {} by an add but released {} times", counter, before, snapshots_[counter].size());
+  acquire(wg, counter, before);
+  release(wg, counter);
+}
+
 void DependencyChecker::report(const Access& earlier, const Access& now, const Buffer& buffer, size_t cell,
                                bool earlier_writes, bool now_writes) {
   // Name the pair as consumer (the reader) and producer (the writer it should be ordered with).

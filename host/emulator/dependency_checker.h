@@ -30,6 +30,10 @@ class DependencyChecker {
   // Synchronisation. release: the workgroup's counter add; acquire: its wait saw the counter reach `target`.
   void release(int wg, uint32_t counter);
   void acquire(int wg, uint32_t counter, uint32_t target);
+  // An add with acquire and release that found the counter at `before` (a last-arriver count): it
+  // acquires the first `before` releases, then releases, so the add that completes a count is ordered
+  // after every earlier adder's writes.
+  void read_modify_write(int wg, uint32_t counter, uint32_t before);
 
   // Accesses to cells [begin, end) of a buffer. An unordered conflict is recorded (once per instruction
   // pair and buffer); throw_if_violations() reports them all.

@@ -258,11 +258,17 @@ struct Emulator::Impl : emu::EmulatorState {
   }
 };
 
+namespace {
+ScheduleParams schedule_params(const Model& model, const EmulatorOptions& options) {
+  ScheduleParams p{options.num_workgroups, options.attention_splits, false, options.sync_domains, options.h_slice_cols,
+                   plan_chunk_steps(model.config, plan_weight_layout(model).format, options.chunk_tokens, options.context)};
+  p.attention_combine = options.attention_combine;
+  return p;
+}
+}  // namespace
+
 Emulator::Emulator(const Model& model, const EmulatorOptions& options)
-    : Emulator(model,
-               build_schedule(model.config, ScheduleParams{options.num_workgroups, options.attention_splits, false, options.sync_domains,
-                                                           options.h_slice_cols, plan_chunk_steps(model.config, plan_weight_layout(model).format, options.chunk_tokens, options.context)}),
-               options) {}
+    : Emulator(model, build_schedule(model.config, schedule_params(model, options)), options) {}
 
 Emulator::Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options)
     : impl_(std::make_unique<Impl>(model, std::move(schedule), options)) {}

@@ -30,6 +30,8 @@ struct EmulatorOptions {
   // Prompt tokens per chunk step (prefill: ScheduleParams::chunk_tokens): -1 as plan_chunk_tokens
   // chooses for the context, 0 none (prompts go one token per step).
   int chunk_tokens = -1;
+  // ScheduleParams::attention_combine: -1 the model's default, 0 in o_proj, 1 once per kv group.
+  int attention_combine = -1;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)

@@ -30,6 +30,10 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
   att_o.cell = hd;
   att_ml.data.assign(size_t(cfg.num_heads) * S * 2, 0.f);
   att_ml.cell = 2;
+  if (schedule.combine_once.enabled) {
+    att.data.assign(size_t(cfg.num_heads) * hd, 0.f);
+    att.cell = hd;
+  }
   h.data.assign(size_t(cfg.intermediate_size), 0.f);
   logits.data.assign(size_t(cfg.vocab_size), 0.f);
   lm_best_value.data.assign(size_t(schedule.lm_head_slots), 0.f);
@@ -58,6 +62,7 @@ void EmulatorState::start_checker() {
   qkv.id = checker->add_buffer("qkv", qkv.data.size());
   att_o.id = checker->add_buffer("attention partial outputs", att_o.data.size() / att_o.cell);
   att_ml.id = checker->add_buffer("attention partial max/sum", att_ml.data.size() / att_ml.cell);
+  if (schedule.combine_once.enabled) att.id = checker->add_buffer("attention output", att.data.size() / att.cell);
   h.id = checker->add_buffer("mlp activations", h.data.size());
   logits.id = checker->add_buffer("logits", logits.data.size());
   lm_best_value.id = lm_best_index.id = checker->add_buffer("lm_head partial argmax", lm_best_value.data.size());

@@ -48,7 +48,7 @@ struct EmulatorState {
   std::vector<float> rope;       // [context][hd/2] cos, then sin
 
   // Decode state (what the GPU keeps in device memory).
-  Buffer<float> x, qkv, att_o, att_ml, h, logits, lm_best_value;
+  Buffer<float> x, qkv, att_o, att_ml, att, h, logits, lm_best_value;  // att: Schedule::combine_once's output
   Buffer<int32_t> lm_best_index;  // checked together with lm_best_value (same cells)
   Buffer<uint16_t> k_cache, v_cache;  // bf16 [layer][kv head][position][head_dim]
   Buffer<int32_t> tokens;             // token fed at each step of the current launch
@@ -98,6 +98,14 @@ struct EmulatorState {
   T* write(const OpCtx& c, Buffer<T>& b, size_t begin, size_t end) {
     if (checker) checker->write(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
     return b.data.data() + begin;
+  }
+
+  // An add with acquire and release to a flat counter, as the kernel's fetch_add_acq_rel: returns the
+  // value it found.
+  uint32_t read_modify_write(const OpCtx& c, uint32_t counter) {
+    const uint32_t line = schedule.line(counter, 0);
+    if (checker) checker->read_modify_write(c.wg, line, counters[line]);
+    return counters[line]++;
   }
 
   std::string describe(const InstrRef& r) const {

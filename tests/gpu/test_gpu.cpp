@@ -235,7 +235,7 @@ void expect_long_prompt_matches_emulator(const Model& model, const std::vector<A
       const int S = gpu->schedule().attention_splits;
       expect_gpu_matches_emulator(model, *gpu, 800, prompt, 32,
                                   fmt::format("{}: 700-token prompt, {} active splits of {}, {} attention, lookahead {}, {}", what,
-                                              active_attention_splits(732, S), S,
+                                              active_attention_splits(732, S, attention_split_positions_log2(model.config.head_dim)), S,
                                               path == AttentionPath::Tiles ? "tile" : "warp-chunk", cfg.lookahead, gpu->name()));
     }
 }
@@ -275,6 +275,43 @@ TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
   }
 }
 
+TEST(Gpu, CombineOncePerKvGroupAndWideHeadsMatchEmulator) {
+  // Attention's partials combined once per kv group by its last split (Schedule::combine_once, forced
+  // here; Llama-3.1-8B's default) and in every o_proj workgroup, on both attention paths, on the weight
+  // stream and through registers: head_dim 16, and head_dim 128 with 4 query heads a kv head (8B's),
+  // whose splits are 64 positions (one tile of the tile path) while fewer than S are active.
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Shape shape : {Shape{4, 2, 16}, Shape{8, 2, 128}}) {
+    TinyModelSpec spec;
+    spec.eos = {};
+    spec.heads = shape.heads;
+    spec.kv_heads = shape.kv_heads;
+    spec.head_dim = shape.head_dim;
+    auto model = load_tiny_model(spec, "gpu-combine-once");
+    for (const int combine : {1, 0})
+      for (const AttentionPath path : {AttentionPath::Tiles, AttentionPath::WarpChunks})
+        for (const int slots : {-1, 0}) {
+          if (combine == 0 && shape.head_dim == 16) continue;  // LongPromptSeveralSplitsMatchesEmulator's
+          GpuOptions gopt;
+          gopt.context = 800;
+          gopt.attention_combine = combine;
+          gopt.attention_path = path;
+          gopt.stream_slots = slots;
+          auto gpu = create_gpu_backend(*model, gopt);
+          ASSERT_EQ(gpu->schedule().combine_once.enabled, combine == 1);
+          std::vector<int32_t> prompt(700);
+          for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+          const int S = gpu->schedule().attention_splits;
+          expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 24,
+                                      fmt::format("head_dim {}, combined {}, {} active splits of {}, {} attention, {}", shape.head_dim,
+                                                  combine ? "once per kv group" : "in o_proj", active_attention_splits(724, S, attention_split_positions_log2(shape.head_dim)), S,
+                                                  path == AttentionPath::Tiles ? "tile" : "warp-chunk", gpu->name()));
+        }
+  }
+}
+
 TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
   // o_proj combines the active attention splits with 11 in registers, and merges any more batch by batch
   // with the running max rescaled. 1,800 positions with 16 splits a kv head make 15 active (128 positions
@@ -295,7 +332,7 @@ TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
     ASSERT_EQ(gpu->schedule().attention_splits, 16);
     std::vector<int32_t> prompt(1800);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + 7) % 160);
-    ASSERT_EQ(active_attention_splits(int(prompt.size()), 16), 15);
+    ASSERT_EQ(active_attention_splits(int(prompt.size()), 16, attention_split_positions_log2(model->config.head_dim)), 15);
     expect_gpu_matches_emulator(*model, *gpu, 1900, prompt, 16, fmt::format("1,800-token prompt, 15 active splits, {}", gpu->name()));
   }
 }

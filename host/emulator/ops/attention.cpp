@@ -1,8 +1,24 @@
 // The CPU twin of the attention op (device/ops/attention.h): q/k norm and RoPE, the K/V append if the split owns the position, then partial attention over the
-// split's slice of the cache: (m, l, unnormalised o) per query head of the group.
+// split's slice of the cache: (m, l, unnormalised o) per query head of the group; with Schedule::combine_once,
+// the group's last split to arrive combines the group's partials into the attention output.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
+namespace {
+
+// Schedule::combine_once: the attention output of kv group g's heads from their split partials (the same
+// result whichever split combines).
+void combine_group(EmulatorState& s, const OpCtx& c, uint32_t g) {
+  const int hd = s.cfg.head_dim, G = s.cfg.group_size(), S = s.schedule.attention_splits;
+  const size_t first = size_t(g) * size_t(G) * size_t(S), slots = size_t(G) * size_t(S);
+  const float* o = s.read(c, s.att_o, first * size_t(hd), (first + slots) * size_t(hd));
+  const float* ml = s.read(c, s.att_ml, first * 2, (first + slots) * 2);
+  float* attn = s.write(c, s.att, size_t(g) * size_t(G) * size_t(hd), size_t(g + 1) * size_t(G) * size_t(hd));
+  for (int j = 0; j < G; ++j)
+    combine_head_splits(o + size_t(j) * size_t(S) * size_t(hd), ml + size_t(j) * size_t(S) * 2, S, hd, attn + size_t(j) * size_t(hd));
+}
+
+}  // namespace
 
 void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   const int pos = s.run.start + int(step);
@@ -12,7 +28,7 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
   const size_t group_base = size_t(g) * size_t(s.layout.qkv_group_rows);
   const float* group = s.read(c, s.qkv, group_base, group_base + size_t(s.layout.qkv_group_rows));
   int p0, p1;
-  attention_split_range(pos + 1, S, int(split), &p0, &p1);
+  attention_split_range(pos + 1, S, attention_split_positions_log2(hd), int(split), &p0, &p1);
   const size_t cache_base = (size_t(in.layer) * size_t(s.cfg.num_kv_heads) + g) * size_t(s.opt.context);
 
   std::vector<float> head(static_cast<size_t>(hd));
@@ -57,6 +73,9 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
     ml[0] = m;
     ml[1] = l;
   }
+  const CombineOnce& once = s.schedule.combine_once;
+  if (once.enabled && attention_last_arrival(s.read_modify_write(c, once.counter(in.layer, g)), uint32_t(S), step))
+    combine_group(s, c, g);
 }
 
 }  // namespace mk::emu

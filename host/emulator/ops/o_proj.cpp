@@ -1,27 +1,37 @@
-// The CPU twin of the o_proj op (device/ops/o_proj.h): combine the splits of every head (flash-decoding reduction), then x[rows] += W_o * attn.
+// The CPU twin of the o_proj op (device/ops/o_proj.h): combine the splits of every head (flash-decoding
+// reduction) unless each kv group's last attention split has (Schedule::combine_once), then
+// x[rows] += W_o * attn.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
 
-void emulate_o_proj(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
+void combine_head_splits(const float* o, const float* ml, int S, int head_dim, float* out) {
+  float M = -std::numeric_limits<float>::infinity();
+  for (int sp = 0; sp < S; ++sp) M = std::max(M, ml[size_t(sp) * 2]);
+  float total = 0.f;
+  std::fill_n(out, head_dim, 0.f);
+  for (int sp = 0; sp < S; ++sp) {
+    if (ml[size_t(sp) * 2 + 1] == 0.f) continue;  // empty split
+    const float w = std::exp(ml[size_t(sp) * 2] - M);
+    total += w * ml[size_t(sp) * 2 + 1];
+    for (int d = 0; d < head_dim; ++d) out[d] += w * o[size_t(sp) * size_t(head_dim) + size_t(d)];
+  }
+  for (int d = 0; d < head_dim; ++d) out[d] /= total;
+}
+
+void emulate_o_proj(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t /*step*/) {
   const LayerOffsets& L = s.layout.layers[in.layer];
   const int hd = s.cfg.head_dim, S = s.schedule.attention_splits;
-  const float* o = s.read(c, s.att_o, 0, s.att_o.data.size());
-  const float* ml = s.read(c, s.att_ml, 0, s.att_ml.data.size());
-  // Combine the splits of every head (flash-decoding reduction).
   std::vector<float> attn(size_t(s.cfg.q_dim()), 0.f);
-  for (int hh = 0; hh < s.cfg.num_heads; ++hh) {
-    float M = -std::numeric_limits<float>::infinity();
-    for (int sp = 0; sp < S; ++sp) M = std::max(M, ml[(size_t(hh) * size_t(S) + size_t(sp)) * 2]);
-    float total = 0.f;
-    for (int sp = 0; sp < S; ++sp) {
-      const size_t slot = size_t(hh) * size_t(S) + size_t(sp);
-      if (ml[slot * 2 + 1] == 0.f) continue;  // empty split
-      const float w = std::exp(ml[slot * 2] - M);
-      total += w * ml[slot * 2 + 1];
-      for (int d = 0; d < hd; ++d) attn[size_t(hh) * size_t(hd) + size_t(d)] += w * o[slot * size_t(hd) + size_t(d)];
-    }
-    for (int d = 0; d < hd; ++d) attn[size_t(hh) * size_t(hd) + size_t(d)] /= total;
+  if (s.schedule.combine_once.enabled) {
+    const float* a = s.read(c, s.att, 0, s.att.data.size());
+    std::copy_n(a, attn.size(), attn.begin());
+  } else {
+    const float* o = s.read(c, s.att_o, 0, s.att_o.data.size());
+    const float* ml = s.read(c, s.att_ml, 0, s.att_ml.data.size());
+    for (int hh = 0; hh < s.cfg.num_heads; ++hh)
+      combine_head_splits(o + size_t(hh) * size_t(S) * size_t(hd), ml + size_t(hh) * size_t(S) * 2, S, hd,
+                          attn.data() + size_t(hh) * size_t(hd));
   }
   const float* xin = s.read(c, s.x, in.begin, in.end);
   std::vector<float> updated(in.end - in.begin);

@@ -21,6 +21,11 @@ MK_FOR_EACH_OP(MK_EMULATE_DECL)
 // slice adds them to the residual rows. The executor calls it once per slice, each after that slice's wait.
 void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t k);
 
+// Flash-decoding reduction of one head's S split partials (o: S x head_dim, unnormalised; ml: S x (m, l))
+// into out[head_dim]: sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s, empty splits (l = 0) skipped. o_proj
+// does it for every head, or (Schedule::combine_once) each kv group's last attention split for its heads.
+void combine_head_splits(const float* o, const float* ml, int S, int head_dim, float* out);
+
 // Runs instruction `in` of `step` on the state.
 inline void emulate(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   switch (in.op) {
