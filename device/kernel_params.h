@@ -163,6 +163,11 @@ MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool
   return per_split > 4 * kPositionsPerSplit;
 }
 
+// Whether attention's kernel of this kind combines each kv group's partials in its last split (o_proj
+// then loads KernelParams::att) or leaves them to o_proj: ModelDims::combine_once, on the tile path only
+// (device/ops/attention.h says why the long-context kernels do not). Attention and o_proj both ask here.
+MK_HD_INLINE bool attention_combines_once(const ModelDims& d, bool long_context) { return d.combine_once && !long_context; }
+
 // Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces
 // (o_proj copies them into shared memory in 16-byte asynchronous copies).
 MK_HD_INLINE size_t attention_ml_floats(const ModelDims& d) { return (size_t(d.heads) * size_t(d.attention_splits) * 2 + 3) / 4 * 4; }

@@ -252,7 +252,7 @@ MK_HD_INLINE int attention_tile_positions(int head_dim) {
 }
 
 // Which positions of an n-position cache attention split `split` of S covers. The active splits grow
-// with the sequence, attention_split_positions each, up to S: a short sequence has few partials to
+// with the sequence, 1 << attention_split_positions_log2 positions each, up to S: a short sequence has few partials to
 // combine, a long one keeps the whole grid busy. Inactive splits cover nothing. Shared by the emulator
 // and the GPU kernel.
 inline constexpr int kPositionsPerSplit = 128;
@@ -261,7 +261,8 @@ inline constexpr int kPositionsPerSplit = 128;
 // one tile, not two, and twice as many workgroups share a short sequence (docs/log.md, twenty-third
 // session). The kernel takes it from ModelDims::split_positions_log2, computed once on the host.
 MK_HD_INLINE int attention_split_positions_log2(int head_dim) {
-  int log2 = 7;  // kPositionsPerSplit
+  int log2 = 0;
+  while ((2 << log2) <= kPositionsPerSplit) ++log2;  // kPositionsPerSplit, a power of two
   while (log2 > 3 && (1 << log2) > attention_tile_positions(head_dim)) --log2;
   return log2;
 }

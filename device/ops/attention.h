@@ -164,7 +164,8 @@ struct AttentionOp : OpDefaults {
       run_warps(m, in);
     } else {
       run_tiles(m, in);
-      if (m.p.dims.combine_once) combine_if_last(m, uint32_t(in.layer) * uint32_t(m.p.dims.kv_heads) + in.begin);
+      if (attention_combines_once(m.p.dims, MachineT::kLongContext))
+        combine_if_last(m, uint32_t(in.layer) * uint32_t(m.p.dims.kv_heads) + in.begin);
     }
   }
 

@@ -87,7 +87,7 @@ struct OProjOp : OpDefaults {
     };
     const float* res = m.residual_rows();
     m.gemv(
-        in, [&] { MachineT::kLongContext || !d.combine_once ? combine() : load_attn(); }, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
+        in, [&] { attention_combines_once(d, MachineT::kLongContext) ? load_attn() : combine(); }, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
   }
 #endif
 };

@@ -22,21 +22,23 @@ void combine_head_splits(const float* o, const float* ml, int S, int head_dim, f
 void emulate_o_proj(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t /*step*/) {
   const LayerOffsets& L = s.layout.layers[in.layer];
   const int hd = s.cfg.head_dim, S = s.schedule.attention_splits;
-  std::vector<float> attn(size_t(s.cfg.q_dim()), 0.f);
+  std::vector<float> combined;
+  const float* attn;
   if (s.schedule.combine_once.enabled) {
-    const float* a = s.read(c, s.att, 0, s.att.data.size());
-    std::copy_n(a, attn.size(), attn.begin());
+    attn = s.read(c, s.att, 0, s.att.data.size());
   } else {
     const float* o = s.read(c, s.att_o, 0, s.att_o.data.size());
     const float* ml = s.read(c, s.att_ml, 0, s.att_ml.data.size());
+    combined.resize(size_t(s.cfg.q_dim()));
     for (int hh = 0; hh < s.cfg.num_heads; ++hh)
       combine_head_splits(o + size_t(hh) * size_t(S) * size_t(hd), ml + size_t(hh) * size_t(S) * 2, S, hd,
-                          attn.data() + size_t(hh) * size_t(hd));
+                          combined.data() + size_t(hh) * size_t(hd));
+    attn = combined.data();
   }
   const float* xin = s.read(c, s.x, in.begin, in.end);
   std::vector<float> updated(in.end - in.begin);
   for (uint32_t r = in.begin; r < in.end; ++r)
-    updated[r - in.begin] = xin[r - in.begin] + s.dot_row(L.wo, r, size_t(s.cfg.q_dim()), attn.data());
+    updated[r - in.begin] = xin[r - in.begin] + s.dot_row(L.wo, r, size_t(s.cfg.q_dim()), attn);
   std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
 }
 
