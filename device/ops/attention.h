@@ -28,12 +28,8 @@
 namespace mk::dev {
 
 struct AttentionOp : OpDefaults {
-  // The larger of the two paths' areas and, with ModelDims::combine_once, every split's partial of the group.
-  static size_t smem_floats(const ModelDims& d, const Instr&) {
-    const size_t paths = attention_smem_bytes(d) / sizeof(float) + 1;
-    const size_t combine = d.combine_once ? size_t(d.attention_splits) * size_t(d.group_size) * size_t(d.head_dim + 2) : 0;
-    return paths > combine ? paths : combine;
-  }
+  // The larger of the two paths' areas.
+  static size_t smem_floats(const ModelDims& d, const Instr&) { return attention_smem_bytes(d) / sizeof(float) + 1; }
 #if MK_DEVICE_CODE
   // Where the instruction keeps what in shared memory; kernel_params.h's attention_smem_bytes sizes it.
   __device__ static AttentionSmem smem_plan(const ModelDims& d, float* base) {
@@ -171,12 +167,11 @@ struct AttentionOp : OpDefaults {
 
   // Flash-decoding reduction once per kv group (Schedule::combine_once): each split adds to its group's
   // arrival counter (acquire + release) after writing its partial; the add that completes the step's count
-  // has seen every split's partial, and its workgroup combines them: the active splits' partials are
-  // copied into shared memory (asynchronous copies, no registers: the kernel has none to spare for a
-  // batch in flight), then a thread per output element of the group's heads weighs them:
-  // attn = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s. Its writes are released with the
-  // instruction's signal, which o_proj waits for. AttentionOp::smem_floats sizes the area for all S.
+  // has seen every split's partial, and its workgroup combines them, a thread per output element of the
+  // group's heads: attn = sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s. Its writes are released with
+  // the instruction's signal, which o_proj waits for.
   // `layer_group`: layer x kv heads + the kv group (its arrival counter's index after arrivals_first).
+  static constexpr int kCombineBatch = 16;  // splits whose loads a thread keeps in flight at once
   template <class MachineT>
   __device__ static void combine_if_last(MachineT& m, uint32_t layer_group) {
     const ModelDims& d = m.p.dims;
@@ -192,39 +187,42 @@ struct AttentionOp : OpDefaults {
     if (!last) return;
     const uint32_t group = layer_group % uint32_t(d.kv_heads);
     const int A = active_attention_splits(m.p.start + int(m.step) + 1, S, d.split_positions_log2);
-    // Shared memory: o as [split][head][head_dim], then (m, l) as [head][split]. 32-bit index arithmetic
-    // and loops kept rolled: the long-context kernels have next to no registers to spare.
-    const int GH = G * hd, row4 = hd / 4;
-    float* o = m.smem;
-    float2* ml = reinterpret_cast<float2*>(o + A * GH);
+    // A thread per output element of the group's heads loads every split's (m, l) of its head and o of its
+    // element straight into registers, all in flight at once (one round trip from L2, no block barrier),
+    // in batches of kCombineBatch splits with the running max rescaled between batches.
+    const int GH = G * hd;
     const float* src_o = m.p.att_o + size_t(group) * size_t(G * S * hd);  // the group's first (head, split)
     const float2* src_ml = reinterpret_cast<const float2*>(m.p.att_ml) + size_t(group) * size_t(G * S);
 #pragma unroll 1
-    for (int i = threadIdx.x; i < A * G * row4; i += kThreads) {
-      const int k = i / (G * row4), r = i - k * (G * row4), j = r / row4, e = (r - j * row4) * 4;
-      copy_async_16(o + k * GH + j * hd + e, src_o + (j * S + k) * hd + e);
-    }
-#pragma unroll 1
-    for (int i = threadIdx.x; i < G * A; i += kThreads) {
-      const int j = i / A;
-      ml[i] = load_fresh(src_ml + j * S + (i - j * A));
-    }
-    wait_async_copies();
-    __syncthreads();
-#pragma unroll 1
     for (int idx = threadIdx.x; idx < GH; idx += kThreads) {
-      const float2* w = ml + (idx / hd) * A;
-      float M = -INFINITY;
+      const int j = idx / hd;
+      const float2* w = src_ml + j * S;
+      const float* o = src_o + size_t(j) * size_t(S * hd) + size_t(idx - j * hd);
+      float M = -INFINITY, acc = 0.f, total = 0.f;
 #pragma unroll 1
-      for (int k = 0; k < A; ++k)
-        if (w[k].y != 0.f) M = fmaxf(M, w[k].x);  // l = 0: an empty split
-      float acc = 0.f, total = 0.f;
-#pragma unroll 1
-      for (int k = 0; k < A; ++k)
-        if (w[k].y != 0.f) {
-          const float f = __expf(w[k].x - M);
-          acc += f * o[k * GH + idx], total += f * w[k].y;
+      for (int k0 = 0; k0 < A; k0 += kCombineBatch) {
+        float2 wk[kCombineBatch];
+        float ok[kCombineBatch];
+#pragma unroll
+        for (int k = 0; k < kCombineBatch; ++k) {
+          const bool in = k0 + k < A;
+          wk[k] = in ? load_fresh(w + k0 + k) : make_float2(0.f, 0.f);
+          ok[k] = in ? load_fresh(o + size_t(k0 + k) * size_t(hd)) : 0.f;
         }
+        float Mb = M;
+#pragma unroll
+        for (int k = 0; k < kCombineBatch; ++k)
+          if (wk[k].y != 0.f) Mb = fmaxf(Mb, wk[k].x);  // l = 0: an empty split (or none)
+        const float r = __expf(M - Mb);  // 0 while nothing is merged (M = -inf)
+        acc *= r, total *= r;
+#pragma unroll
+        for (int k = 0; k < kCombineBatch; ++k)
+          if (wk[k].y != 0.f) {
+            const float f = __expf(wk[k].x - Mb);
+            acc += f * ok[k], total += f * wk[k].y;
+          }
+        M = Mb;
+      }
       m.p.att[size_t(group) * size_t(GH) + size_t(idx)] = acc / total;  // split 0 holds position 0
     }
   }
