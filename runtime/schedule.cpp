@@ -281,7 +281,7 @@ ChunkSchedule build_chunk_schedule(const ModelConfig& c, int W, int C) {
 }  // namespace
 
 bool attention_combine_once_default(const ModelConfig& c, int splits) {
-  return size_t(c.q_dim()) * size_t(splits) * sizeof(float) >= 256 * 1024;
+  return size_t(c.q_dim()) * size_t(splits) * sizeof(float) >= 192 * 1024;
 }
 
 Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {

@@ -224,10 +224,11 @@ struct Schedule {
 
 Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params);
 // Whether a model's attention partials are combined once per kv group unless asked otherwise: where
-// every o_proj workgroup would read at least 256 KiB of partials with all S splits active (Llama-3.1-8B:
-// 32 heads of 128 x 16 splits). Smaller models combine in o_proj: the last split's round trips on the
-// critical path cost them more than the redundant reads (docs/log.md, eleventh and twenty-third
-// sessions).
+// every o_proj workgroup would read at least 192 KiB of partials with all S splits active (Llama-3.2-3B:
+// 24 heads of 128 x 16 splits; Llama-3.1-8B: 32 x 128 x 16, 256 KiB). Smaller models combine in o_proj:
+// the last split's round trips on the critical path cost them more than the redundant reads (measured on
+// an H100: Llama-3.2-1B +0.8% at depth 1024, Qwen3-1.7B's 128 KiB even; docs/log.md, eleventh,
+// twenty-third and twenty-fourth sessions).
 bool attention_combine_once_default(const ModelConfig& config, int splits);
 
 // The line of stripe `stripe` of counter c (flat counters: stripe is ignored): the flat counters first,

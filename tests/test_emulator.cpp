@@ -474,12 +474,16 @@ TEST(Emulator, CombineOncePerKvGroupMatchesTheReference) {
   }
 }
 
-TEST(Schedule, CombinesOnceWhereO_projWouldReadAQuarterMebibyteOfPartials) {
+TEST(Schedule, CombinesOnceWhereO_projWouldRead192KiBOfPartials) {
   ModelConfig c;
   c.num_heads = 32, c.head_dim = 128;  // Llama-3.1-8B: 4,096 x 16 splits x 4 bytes = 256 KiB
   EXPECT_TRUE(attention_combine_once_default(c, 16));
+  c.num_heads = 24;  // Llama-3.2-3B: 3,072 x 16 x 4 = 192 KiB
+  EXPECT_TRUE(attention_combine_once_default(c, 16));
   EXPECT_FALSE(attention_combine_once_default(c, 15));
-  c.head_dim = 64;  // Llama-3.2-1B
+  c.num_heads = 16;  // Qwen3-1.7B: 128 KiB
+  EXPECT_FALSE(attention_combine_once_default(c, 16));
+  c.num_heads = 32, c.head_dim = 64;  // Llama-3.2-1B: 128 KiB
   EXPECT_FALSE(attention_combine_once_default(c, 16));
 }
 

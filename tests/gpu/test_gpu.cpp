@@ -278,12 +278,12 @@ TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
 TEST(Gpu, CombineOncePerKvGroupAndWideHeadsMatchEmulator) {
   // Attention's partials combined once per kv group by its last split (Schedule::combine_once, forced
   // here; Llama-3.1-8B's default) and in every o_proj workgroup, on both attention paths, on the weight
-  // stream and through registers: head_dim 16, and head_dim 128 with 4 query heads a kv head (8B's),
-  // whose splits are 64 positions (one tile of the tile path) while fewer than S are active.
+  // stream and through registers: head_dim 16, and head_dim 128 with 4 query heads a kv head (8B's) and
+  // with 3 (3B's), whose splits are 64 positions (one tile of the tile path) while fewer than S are active.
   struct Shape {
     int heads, kv_heads, head_dim;
   };
-  for (const Shape shape : {Shape{4, 2, 16}, Shape{8, 2, 128}}) {
+  for (const Shape shape : {Shape{4, 2, 16}, Shape{8, 2, 128}, Shape{6, 2, 128}}) {
     TinyModelSpec spec;
     spec.eos = {};
     spec.heads = shape.heads;
@@ -293,7 +293,7 @@ TEST(Gpu, CombineOncePerKvGroupAndWideHeadsMatchEmulator) {
     for (const int combine : {1, 0})
       for (const AttentionPath path : {AttentionPath::Tiles, AttentionPath::WarpChunks})
         for (const int slots : {-1, 0}) {
-          if (combine == 0 && shape.head_dim == 16) continue;  // LongPromptSeveralSplitsMatchesEmulator's
+          if (combine == 0 && shape.heads != 8) continue;  // in o_proj: LongPromptSeveralSplitsMatchesEmulator and 8B's shape here
           GpuOptions gopt;
           gopt.context = 800;
           gopt.attention_combine = combine;
