@@ -312,6 +312,33 @@ TEST(Gpu, CombineOncePerKvGroupAndWideHeadsMatchEmulator) {
   }
 }
 
+TEST(Gpu, CombineOncePerKvGroupOfMoreSplitsThanOneBatchMatchesEmulator) {
+  // The combining split keeps 16 splits' loads in flight (AttentionOp::kCombineBatch) and merges any
+  // more batch by batch with the running max rescaled: 1,200 positions in 64-position splits make 19
+  // active of 32. On the weight stream and with weights through registers.
+  TinyModelSpec spec;
+  spec.eos = {};
+  spec.heads = 8;
+  spec.kv_heads = 2;
+  spec.head_dim = 128;
+  spec.max_position = 2048;
+  auto model = load_tiny_model(spec, "gpu-combine-batches");
+  for (const int slots : {-1, 0}) {
+    GpuOptions gopt;
+    gopt.context = 1300;
+    gopt.attention_splits = 32;
+    gopt.attention_combine = 1;
+    gopt.attention_path = AttentionPath::Tiles;
+    gopt.stream_slots = slots;
+    auto gpu = create_gpu_backend(*model, gopt);
+    ASSERT_TRUE(gpu->schedule().combine_once.enabled);
+    std::vector<int32_t> prompt(1200);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 31 + 5) % 160);
+    ASSERT_EQ(active_attention_splits(int(prompt.size()), 32, attention_split_positions_log2(128)), 19);
+    expect_gpu_matches_emulator(*model, *gpu, 1300, prompt, 16, fmt::format("1,200-token prompt, 19 active splits combined once, {}", gpu->name()));
+  }
+}
+
 TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
   // o_proj combines the active attention splits with 11 in registers, and merges any more batch by batch
   // with the running max rescaled. 1,800 positions with 16 splits a kv head make 15 active (128 positions
