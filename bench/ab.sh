@@ -30,7 +30,8 @@ for ((r = 1; r <= ${ROUNDS:-2}; ++r)); do
       bin=${rest%%|*} args=${rest#*|}
       # shellcheck disable=SC2086 # the variant's arguments are words
       timeout 150 "$bin" $args --preset "$preset" --depths "$depths" -n "${TOKENS:-128}" -r "${REPS:-3}" --json \
-        > "$OUT/ab/${name}_${preset}_r$r.json" 2> "$OUT/ab/${name}_${preset}_r$r.err" || echo "FAILED $name $preset r$r"
+        > "$OUT/ab/${name}_${preset}@${depths//,/-}_r$r.json" 2> "$OUT/ab/${name}_${preset}@${depths//,/-}_r$r.err" ||
+        echo "FAILED $name $preset $depths r$r"
     done
   done
 done
@@ -44,6 +45,7 @@ for f in glob.glob(os.path.join(folder, "*.json")):
     if name is None:
         continue
     preset, r = base[len(name) + 1:].rsplit("_r", 1)
+    preset = preset.split("@")[0]  # the file names carry the case's depths too: one preset may be two cases
     try:
         d = json.load(open(f))
     except Exception as e:
