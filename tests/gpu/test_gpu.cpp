@@ -312,56 +312,47 @@ TEST(Gpu, CombineOncePerKvGroupAndWideHeadsMatchEmulator) {
   }
 }
 
-TEST(Gpu, CombineOncePerKvGroupOfMoreSplitsThanOneBatchMatchesEmulator) {
-  // The combining split keeps 16 splits' loads in flight (AttentionOp::kCombineBatch) and merges any
-  // more batch by batch with the running max rescaled: 1,200 positions in 64-position splits make 19
-  // active of 32. On the weight stream and with weights through registers.
+// A long prompt whose decode steps have more active attention splits than one batch of a combine's
+// loads holds, against the emulator, on the weight stream and with weights through registers: S splits a
+// kv head of 8 query heads over 2 kv heads of `head_dim`, combined as `combine` says (-1: the default).
+void expect_combine_of_many_splits_matches_emulator(int head_dim, int S, int combine, int prompt_tokens, int active,
+                                                    const std::string& what) {
   TinyModelSpec spec;
   spec.eos = {};
   spec.heads = 8;
   spec.kv_heads = 2;
-  spec.head_dim = 128;
+  spec.head_dim = head_dim;
   spec.max_position = 2048;
-  auto model = load_tiny_model(spec, "gpu-combine-batches");
+  auto model = load_tiny_model(spec, "gpu-combine");
+  const int context = prompt_tokens + 100;
   for (const int slots : {-1, 0}) {
     GpuOptions gopt;
-    gopt.context = 1300;
-    gopt.attention_splits = 32;
-    gopt.attention_combine = 1;
-    gopt.attention_path = AttentionPath::Tiles;
+    gopt.context = context;
+    gopt.attention_splits = S;
+    gopt.attention_combine = combine;
     gopt.stream_slots = slots;
     auto gpu = create_gpu_backend(*model, gopt);
-    ASSERT_TRUE(gpu->schedule().combine_once.enabled);
-    std::vector<int32_t> prompt(1200);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 31 + 5) % 160);
-    ASSERT_EQ(active_attention_splits(int(prompt.size()), 32, attention_split_positions_log2(128)), 19);
-    expect_gpu_matches_emulator(*model, *gpu, 1300, prompt, 16, fmt::format("1,200-token prompt, 19 active splits combined once, {}", gpu->name()));
+    ASSERT_EQ(gpu->schedule().attention_splits, S);
+    ASSERT_EQ(gpu->schedule().combine_once.enabled, combine == 1);
+    std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + 7) % 160);
+    ASSERT_EQ(active_attention_splits(prompt_tokens, S, attention_split_positions_log2(head_dim)), active);
+    expect_gpu_matches_emulator(*model, *gpu, context, prompt, 16, fmt::format("{}, {}", what, gpu->name()));
   }
+}
+
+TEST(Gpu, CombineOncePerKvGroupOfMoreSplitsThanOneBatchMatchesEmulator) {
+  // The combining split keeps 16 splits' loads in flight (AttentionOp::kCombineBatch) and merges any
+  // more batch by batch with the running max rescaled: 1,200 positions in 64-position splits make 19
+  // active of 32.
+  expect_combine_of_many_splits_matches_emulator(128, 32, 1, 1200, 19, "1,200-token prompt, 19 active splits combined once");
 }
 
 TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
   // o_proj combines the active attention splits with 11 in registers, and merges any more batch by batch
   // with the running max rescaled. 1,800 positions with 16 splits a kv head make 15 active (128 positions
-  // a split): a second batch of 4. On the weight stream and with weights through registers.
-  TinyModelSpec spec;
-  spec.eos = {};
-  spec.heads = 8;
-  spec.kv_heads = 2;
-  spec.head_dim = 64;
-  spec.max_position = 2048;
-  auto model = load_tiny_model(spec, "gpu-combine");
-  for (const int slots : {-1, 0}) {
-    GpuOptions gopt;
-    gopt.context = 1900;
-    gopt.attention_splits = 16;
-    gopt.stream_slots = slots;
-    auto gpu = create_gpu_backend(*model, gopt);
-    ASSERT_EQ(gpu->schedule().attention_splits, 16);
-    std::vector<int32_t> prompt(1800);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 29 + 7) % 160);
-    ASSERT_EQ(active_attention_splits(int(prompt.size()), 16, attention_split_positions_log2(model->config.head_dim)), 15);
-    expect_gpu_matches_emulator(*model, *gpu, 1900, prompt, 16, fmt::format("1,800-token prompt, 15 active splits, {}", gpu->name()));
-  }
+  // a split): a second batch of 4.
+  expect_combine_of_many_splits_matches_emulator(64, 16, -1, 1800, 15, "1,800-token prompt, 15 active splits");
 }
 
 // Chunk steps (prefill) on the GPU against the emulator running the same schedule, over prompt lengths
