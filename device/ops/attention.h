@@ -213,7 +213,7 @@ struct AttentionOp : OpDefaults {
 #pragma unroll
         for (int k = 0; k < kCombineBatch; ++k)
           if (wk[k].y != 0.f) Mb = fmaxf(Mb, wk[k].x);  // l = 0: an empty split (or none)
-        const float r = __expf(M - Mb);  // 0 while nothing is merged (M = -inf)
+        const float r = __expf(M - Mb);  // 0 on the first batch: M = -inf, and Mb is finite (split 0 holds position 0)
         acc *= r, total *= r;
 #pragma unroll
         for (int k = 0; k < kCombineBatch; ++k)
