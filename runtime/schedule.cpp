@@ -79,8 +79,27 @@ std::string Schedule::describe(const Instr& in) const {
     case Op::Attention: return fmt::format("{} (kv group {}, split {})", where, in.begin, in.end);
     case Op::Embed:
     case Op::Sample: return where;
-    default: return fmt::format("{} rows [{}, {})", where, in.begin, in.end);
+    default:
+      if (in.flags & kClaimsRows) return fmt::format("{} claimed rows (a rank's share of [{}, {}))", where, in.begin, in.end);
+      return fmt::format("{} rows [{}, {})", where, in.begin, in.end);
   }
+}
+
+uint32_t ClaimedRows::row_start(uint32_t rows, uint32_t r, uint32_t workgroups) const {
+  if (r >= workgroups) return rows;
+  const uint32_t lead = workgroups - late;
+  const uint32_t small = uint32_t(uint64_t(rows) * (100u - shrink) / (100ull * workgroups));
+  const uint32_t lead_rows = rows - late * small;
+  return r <= lead ? uint32_t(uint64_t(lead_rows) * r / lead) : lead_rows + (r - lead) * small;
+}
+
+Instr ClaimedRows::resolve(const Instr& in, uint32_t r, uint32_t workgroups) const {
+  Instr out = in;
+  const uint32_t rows = in.end - in.begin;
+  out.begin = in.begin + row_start(rows, r, workgroups);
+  out.end = in.begin + row_start(rows, r + 1, workgroups);
+  out.flags = uint8_t(in.flags & ~kClaimsRows);
+  return out;
 }
 
 uint32_t Schedule::step_counter_lines() const {
@@ -132,6 +151,12 @@ class Builder {
     }
   }
 
+  // Whether every workgroup already has an instruction this step (one to claim a rank in before a stage
+  // with claimed rows).
+  bool every_list_started() const {
+    return std::all_of(lists_.begin(), lists_.end(), [](const std::vector<Instr>& l) { return !l.empty(); });
+  }
+
   // Puts an instruction on a given workgroup (Embed/Sample live on workgroup 0).
   void pinned(Instr in, int wg) {
     in.seq = seq_++;
@@ -151,8 +176,9 @@ class Builder {
   }
 
   // `domains` > 1: the counters with at least 2 * domains producers a step become per-domain counters,
-  // renumbered after the flat ones (Schedule::first_striped_counter). The h slices' counters stay flat
-  // and consecutive (HSlices::counter).
+  // renumbered after the flat ones (Schedule::first_striped_counter). The h slices', arrival and claim
+  // counters, which no instruction signals, stay flat and consecutive (HSlices::counter,
+  // CombineOnce::counter, ClaimedRows::counter).
   Schedule finish(Schedule s, int domains) {
     s.wg_begin.push_back(0);
     for (auto& list : lists_) {
@@ -178,6 +204,7 @@ class Builder {
     s.sample_counter = renumber[s.sample_counter];
     if (s.h_slices.count > 0) s.h_slices.first_counter = renumber[s.h_slices.first_counter];
     if (s.combine_once.enabled) s.combine_once.first_counter = renumber[s.combine_once.first_counter];
+    if (s.claimed_rows.ops != 0) s.claimed_rows.first_counter = renumber[s.claimed_rows.first_counter];
     s.sync_domains = striped.empty() ? 1 : domains;
     s.first_striped_counter = uint32_t(flat.size());
     return s;
@@ -299,6 +326,19 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     fail("schedule: attention's combine is -1 (the model's default), 0 (in o_proj) or 1 (once per kv group), not {}", p.attention_combine);
   if (p.narrow_ops & ~(op_bit(Op::QKV) | op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down)))
     fail("schedule: only the qkv, o_proj, gate_up and down stages can be narrowed");
+  if (p.claimed_ops != 0) {
+    if (p.claimed_ops & ~(op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down)))
+      fail("schedule: claimed rows are built for the o_proj, gate_up and down stages only (asked for {})", op_names(p.claimed_ops));
+    if (p.claim_shrink_percent < 0 || p.claim_shrink_percent > 99)
+      fail("schedule: the late ranks' shrink must be a percentage from 0 to 99 (got {})", p.claim_shrink_percent);
+    if (p.claim_late_ranks < 0 || p.claim_late_ranks >= W)
+      fail("schedule: the late ranks of claimed rows must number from 0 to {} (got {})", W - 1, p.claim_late_ranks);
+    if (p.narrow_workgroups > 0 && (p.claimed_ops & p.narrow_ops))
+      fail("schedule: the {} stage cannot be both narrow and claimed (a claimed stage has a block per workgroup)",
+           op_names(p.claimed_ops & p.narrow_ops));
+    if (p.h_slice_cols > 0 && (p.claimed_ops & (op_bit(Op::GateUp) | op_bit(Op::Down))))
+      fail("schedule: h slices count their producers from static gate_up rows: claimed gate_up or down rows cannot be combined with them");
+  }
   Schedule s;
   s.num_workgroups = W;
   s.num_layers = c.num_layers;
@@ -353,6 +393,16 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
         if (l == 0 && g == 0) s.combine_once.first_counter = id;
       }
   }
+  if (p.claimed_ops != 0) {
+    s.claimed_rows.ops = p.claimed_ops;
+    s.claimed_rows.late = uint32_t(p.claim_late_ranks);
+    s.claimed_rows.shrink = uint32_t(p.claim_shrink_percent);
+    for (int l = 0; l < c.num_layers; ++l)
+      for (Op op : ClaimedRows::kClaimableOps) {
+        const uint32_t id = b.counter(fmt::format("layer {} {} claims", l, op_name(op)));
+        if (l == 0 && op == ClaimedRows::kClaimableOps[0]) s.claimed_rows.first_counter = id;
+      }
+  }
   const uint32_t lm_done = b.counter("lm_head");
   s.sample_counter = b.counter("sample");
 
@@ -388,12 +438,28 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     b.stage(std::move(items));
     const uint32_t attention_items = uint32_t(groups * s.attention_splits);
 
+    // Claimed rows where asked for, every rank gets at least one row (the smallest share is a late
+    // rank's) and every workgroup has an instruction before the stage to claim in.
+    auto claims = [&](Op op, uint32_t rows) {
+      const ClaimedRows& cr = s.claimed_rows;
+      return (cr.ops & op_bit(op)) != 0 && b.every_list_started() &&
+             cr.row_start(rows, uint32_t(W) - 1, uint32_t(W)) < rows && cr.row_start(rows, 1, uint32_t(W)) > 0;
+    };
     auto row_stage = [&](Op op, uint32_t rows, uint32_t signal, uint32_t wait_counter, uint32_t wait_count) {
       std::vector<Instr> v;
-      for (auto [r0, r1] : split_range(rows, uint32_t(blocks_of(op)))) {
-        Instr in = make(op, l, r0, r1, signal);
-        add_wait(in, wait_counter, wait_count);
-        v.push_back(in);
+      if (claims(op, rows)) {
+        for (int w = 0; w < W; ++w) {
+          Instr in = make(op, l, 0, rows, signal);
+          in.flags = kClaimsRows;
+          add_wait(in, wait_counter, wait_count);
+          v.push_back(in);
+        }
+      } else {
+        for (auto [r0, r1] : split_range(rows, uint32_t(blocks_of(op)))) {
+          Instr in = make(op, l, r0, r1, signal);
+          add_wait(in, wait_counter, wait_count);
+          v.push_back(in);
+        }
       }
       const uint32_t n = uint32_t(v.size());
       b.stage(std::move(v));

@@ -57,6 +57,9 @@ struct Wait {
 //   unused); kWaitsHSlices: a down block waits for each slice of h just before it reads it, not for the
 //   whole gate_up stage (its `waits` then hold nothing for h).
 inline constexpr uint8_t kSignalsHSlices = 1, kWaitsHSlices = 2;
+// kClaimsRows: a block of a stage with run-time claimed rows (Schedule::claimed_rows): its [begin, end)
+// is the whole stage's, of which it runs the share of the rank its workgroup claimed.
+inline constexpr uint8_t kClaimsRows = 4;
 
 struct Instr {
   Op op = Op::Embed;
@@ -69,7 +72,7 @@ struct Instr {
   // LMHead: its partial-argmax slot. Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
   // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm: which norm (kAttentionNorm, kMlpNorm).
   uint16_t slot = 0;
-  uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices
+  uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices, kClaimsRows
   uint8_t reserved = 0;
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
@@ -103,6 +106,17 @@ struct ScheduleParams {
   // (attention_combine_once_default), 0 in every o_proj workgroup, 1 once per kv group by the group's
   // last split (Schedule::combine_once).
   int attention_combine = -1;
+  // Run-time claimed rows (issue 13, item 5) in the row stages of `claimed_ops` (op_bit: OProj, GateUp,
+  // Down; 0: none): a stage's rows go to ranks handed out in arrival order, not to fixed workgroups. A
+  // workgroup claims its rank (an atomic add) as the instruction before the stage starts, before that
+  // one waits for its inputs, and runs the rank's rows; the last `claim_late_ranks` ranks get
+  // `claim_shrink_percent` percent fewer rows than an even share, so the workgroups still busy with the
+  // stage before get less of it. A row's value does not depend on who computes it. The emulator runs
+  // such schedules; the GPU kernel runs static rows (every form of claims measured on an H100 was as
+  // fast or slower: docs/log.md, twelfth session).
+  uint32_t claimed_ops = 0;
+  int claim_late_ranks = 8;
+  int claim_shrink_percent = 30;
 };
 
 static_assert(kNumOps <= 32, "op_bit: one bit per op in a uint32_t");
@@ -182,6 +196,36 @@ struct CombineOnce {
   uint32_t counter(int layer, uint32_t g) const { return first_counter + uint32_t(layer) * groups + g; }
 };
 
+// Run-time claimed rows (ScheduleParams::claimed_ops). A stage with claimed rows has one block per
+// workgroup (kClaimsRows), each spanning the stage; a workgroup claims a rank with an add to the stage's
+// claim counter while its instruction before the block waits, and runs that rank's rows. Every workgroup
+// claims exactly once per step in each such stage, and every claim of step s happens before any of step
+// s + 1 (each workgroup's blocks of step s, which the next step's gate waits for, follow its claims), so
+// the counter stands at step x workgroups when a step's claims begin and an add that found `before`
+// holds rank before - step x workgroups: no reset. Stages qualify where every rank gets a row and every
+// workgroup has an instruction before the stage in its list to claim in. The claim counters are flat and
+// consecutive: layer l's o_proj, gate_up and down (kClaimableOps order) are first_counter + 3l + 0, 1, 2.
+struct ClaimedRows {
+  uint32_t ops = 0;  // ScheduleParams::claimed_ops; 0: none
+  uint32_t late = 0, shrink = 0;
+  uint32_t first_counter = 0;
+  static constexpr Op kClaimableOps[3] = {Op::OProj, Op::GateUp, Op::Down};
+
+  uint32_t counter(int layer, Op op) const {
+    uint32_t k = 0;
+    while (kClaimableOps[k] != op) ++k;
+    return first_counter + 3u * uint32_t(layer) + k;
+  }
+  // The rank held by a claim that found the counter at `before` in step `step`.
+  static uint32_t rank(uint32_t before, uint32_t step, uint32_t workgroups) { return before - step * workgroups; }
+  // Rank r of `workgroups` runs rows [row_start(r), row_start(r + 1)) of a stage of `rows` rows: the last
+  // `late` ranks get (100 - shrink)% of an even share each, the others split the rest as split_range
+  // does. A rank past the last gets none.
+  uint32_t row_start(uint32_t rows, uint32_t r, uint32_t workgroups) const;
+  // Instr `in` (kClaimsRows) as the block of rank r.
+  Instr resolve(const Instr& in, uint32_t r, uint32_t workgroups) const;
+};
+
 struct Schedule {
   int num_workgroups = 0;
   int num_layers = 0;
@@ -200,6 +244,7 @@ struct Schedule {
   int narrow_workgroups = 0;
   HSlices h_slices;
   CombineOnce combine_once;
+  ClaimedRows claimed_rows;
   ChunkSchedule chunk;
 
   uint32_t num_counters() const { return uint32_t(counter_names.size()); }

@@ -695,6 +695,199 @@ TEST(Emulator, ReportsADeadlockOnAnHSlice) {
   EXPECT_THAT(msg, HasSubstr("the first incomplete one: counter 'layer 0 h slice 2'"));
 }
 
+// Run-time claimed rows (issue 13, item 5): each claimed stage gives every workgroup one block spanning
+// the stage, whose rows come from the rank it claims; the ranks cover the stage once, the last ones with
+// fewer rows, and the consumers wait for one signal per workgroup as before.
+ScheduleParams claimed_params(int workgroups, uint32_t ops, int late, int shrink) {
+  ScheduleParams p{workgroups, 0};
+  p.claimed_ops = ops;
+  p.claim_late_ranks = late;
+  p.claim_shrink_percent = shrink;
+  return p;
+}
+
+TEST(Schedule, ClaimedRowsGiveEveryWorkgroupOneBlockPerStageAndTheRanksCoverTheRowsOnce) {
+  const ModelConfig c = preset_config("llama-3.2-1b");
+  const uint32_t W = 132, all = op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down);
+  const Schedule s = build_schedule(c, claimed_params(int(W), all, 8, 30));
+  const Schedule plain = build_schedule(c, ScheduleParams{int(W), 0});
+  EXPECT_EQ(s.num_counters(), plain.num_counters() + 3u * uint32_t(c.num_layers));  // a claim counter per stage
+  ASSERT_EQ(s.instrs.size(), plain.instrs.size());
+  const ClaimedRows& cr = s.claimed_rows;
+  for (Op op : {Op::OProj, Op::GateUp, Op::Down}) {
+    SCOPED_TRACE(op_name(op));
+    const uint32_t rows = uint32_t(op == Op::GateUp ? c.intermediate_size : c.hidden_size);
+    Instr block;
+    for (int w = 0; w < int(W); ++w) {
+      int blocks = 0;
+      for (uint32_t i = s.wg_begin[size_t(w)]; i < s.wg_begin[size_t(w) + 1]; ++i) {
+        const Instr& in = s.instrs[i];
+        if (in.op != op || in.layer != 3) continue;
+        ++blocks;
+        EXPECT_EQ(in.flags, kClaimsRows);
+        EXPECT_EQ(in.begin, 0u);
+        EXPECT_EQ(in.end, rows);
+        EXPECT_GT(i, s.wg_begin[size_t(w)]) << "no instruction before it to claim in";
+        block = in;
+      }
+      EXPECT_EQ(blocks, 1) << "workgroup " << w;
+    }
+    EXPECT_FALSE(s.striped(cr.counter(3, op)));
+    EXPECT_EQ(s.counter_names[cr.counter(3, op)], fmt::format("layer 3 {} claims", op_name(op)));
+    std::vector<int> covered(rows, 0);
+    const double share = double(rows) / W;
+    for (uint32_t rank = 0; rank < W; ++rank) {
+      const Instr r = cr.resolve(block, rank, W);
+      EXPECT_EQ(r.flags, 0) << "a resolved block runs plain rows";
+      ASSERT_LT(r.begin, r.end) << "rank " << rank;
+      for (uint32_t row = r.begin; row < r.end; ++row) ++covered[row];
+      if (rank < W - 8) {
+        EXPECT_GE(r.end - r.begin, uint32_t(std::floor(share))) << "rank " << rank;
+      } else {
+        EXPECT_EQ(r.end - r.begin, uint32_t(std::floor(rows * 0.7 / W))) << "rank " << rank;
+      }
+    }
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), std::ptrdiff_t(rows));
+    const Instr past = cr.resolve(block, W, W);
+    EXPECT_EQ(past.begin, past.end) << "a rank past the last gets no rows";
+  }
+  // The waits are those of static rows: one signal per workgroup.
+  for (size_t i = 0; i < s.instrs.size(); ++i) {
+    const Instr& a = s.instrs[i];
+    const Instr& b = plain.instrs[i];
+    EXPECT_EQ(a.num_waits, b.num_waits) << s.describe(a);
+    if (a.num_waits > 0) {
+      EXPECT_EQ(a.waits[0].per_step, b.waits[0].per_step) << s.describe(a);
+    }
+  }
+  // A stage too small for every rank to get a row keeps static rows.
+  ModelConfig small = c;
+  small.hidden_size = 128;
+  for (const Instr& in : build_schedule(small, claimed_params(int(W), all, 8, 30)).instrs)
+    if (in.op == Op::OProj || in.op == Op::Down) {
+      EXPECT_EQ(in.flags & kClaimsRows, 0) << "only 128 rows for 132 ranks";
+    }
+  // Bad parameters are refused, naming the limit.
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, claimed_params(int(W), all, 8, 100)); }),
+              HasSubstr("shrink must be a percentage from 0 to 99 (got 100)"));
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, claimed_params(int(W), all, 132, 30)); }),
+              HasSubstr("late ranks of claimed rows must number from 0 to 131 (got 132)"));
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, claimed_params(int(W), op_bit(Op::QKV), 8, 30)); }),
+              HasSubstr("o_proj, gate_up and down stages only (asked for qkv)"));
+  ScheduleParams narrow = claimed_params(int(W), all, 8, 30);
+  narrow.narrow_workgroups = 66;
+  narrow.narrow_ops = op_bit(Op::OProj);
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, narrow); }), HasSubstr("o_proj stage cannot be both narrow and claimed"));
+  ScheduleParams sliced = claimed_params(int(W), op_bit(Op::Down), 8, 30);
+  sliced.h_slice_cols = 64;
+  EXPECT_THAT(test::error_of([&] { build_schedule(c, sliced); }), HasSubstr("cannot be combined with them"));
+}
+
+// Whoever claims which rank, the results are those of static rows, bit for bit, under every
+// interleaving, with the checker on (which also checks that each step's claims follow the last's): a
+// rank run twice or not at all would be an unordered double write or wrong logits.
+TEST(Emulator, ClaimedRowsComputeExactlyWhatStaticRowsDo) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Qwen3;
+  spec.eos = {};
+  auto model = load_tiny_model(spec, "emu-claims");
+  SameAsFirstRun runs(*model, 10);
+  for (int shrink : {0, 30, 60})
+    for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random})
+      for (uint64_t seed = 1; seed <= (policy == Interleaving::Random ? 3u : 1u); ++seed) {
+        EmulatorOptions opt;
+        opt.num_workgroups = 16;
+        opt.context = 48;
+        opt.attention_splits = 3;
+        opt.claimed_ops = shrink == 0 ? 0 : op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down);
+        opt.claim_late_ranks = 4;
+        opt.claim_shrink_percent = shrink;
+        opt.interleaving = policy;
+        opt.interleave_seed = seed;
+        opt.record_logits = true;
+        ASSERT_NO_FATAL_FAILURE(runs.check(opt, fmt::format("shrink {}, {} seed {}", shrink, interleaving_name(policy), seed)));
+      }
+  EmulatorOptions opt;
+  opt.num_workgroups = 13;
+  opt.context = 64;
+  opt.claimed_ops = op_bit(Op::GateUp) | op_bit(Op::Down);
+  opt.claim_late_ranks = 3;
+  opt.claim_shrink_percent = 50;
+  opt.record_logits = true;
+  {
+    Emulator emu(*model, opt);
+    int claiming = 0;
+    for (const Instr& in : emu.schedule().instrs) claiming += (in.flags & kClaimsRows) != 0;
+    ASSERT_EQ(claiming, 13 * 2 * spec.layers);  // gate_up and down of every layer
+  }
+  test::expect_emulator_matches_reference(*model, {1, 5, 9, 33, 7}, opt, 16);
+}
+
+// A stage after one with claimed rows waits for one block short: some rank's rows can be read before
+// they were written, whichever workgroup claimed them.
+TEST(DependencyChecker, CatchesAWaitOneBlockShortAfterClaimedRows) {
+  TinyModelSpec spec;
+  auto model = load_tiny_model(spec, "dep-claims");
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 32;
+  const Schedule good = build_schedule(model->config, claimed_params(16, op_bit(Op::GateUp) | op_bit(Op::Down), 4, 40));
+  Schedule bad = good;
+  for (Instr& in : bad.instrs)
+    if (in.op == Op::Down && in.layer == 0) {
+      ASSERT_EQ(in.flags, kClaimsRows);
+      ASSERT_EQ(in.waits[0].per_step, 16u);
+      in.waits[0].per_step -= 1;
+    }
+  const std::string msg = first_violation(*model, bad, opt);
+  EXPECT_THAT(msg, HasSubstr("dependency violation"));
+  EXPECT_THAT(msg, ::testing::ContainsRegex("consumer: step [0-9]+, workgroup [0-9]+: layer 0 down claimed rows \\(a rank's share of \\[0, [0-9]+\\)\\)\n"
+                                            "  producer: step [0-9]+, workgroup [0-9]+: layer 0 gate_up claimed rows"));
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    opt.interleaving = policy;
+    EXPECT_EQ(run_and_catch(*model, good, opt), "") << interleaving_name(policy);
+  }
+}
+
+// A claim's value names a rank only if every claim of the step before happened before it.
+TEST(DependencyChecker, ClaimsOfOneStepMustFollowAllClaimsOfTheStepBefore) {
+  auto describe = [](const emu::InstrRef& r) { return fmt::format("step {} instruction {}", r.step, r.index); };
+  {  // ordered through a counter: no violation
+    emu::DependencyChecker c(2, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 2);
+    c.claim(1, {0, 20, 1}, 1, 2);
+    c.release(0, 0);
+    c.release(1, 0);
+    c.acquire(1, 0, 2);
+    c.claim(1, {1, 20, 1}, 1, 2);
+    EXPECT_NO_THROW(c.throw_if_violations());
+  }
+  {  // workgroup 1 claims again at step 1 having seen only its own release: workgroup 0's claim is unordered
+    emu::DependencyChecker c(2, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 2);
+    c.claim(1, {0, 20, 1}, 1, 2);
+    c.release(1, 0);
+    c.acquire(1, 0, 1);
+    c.claim(1, {1, 20, 1}, 1, 2);
+    EXPECT_THAT(test::error_of([&] { c.throw_if_violations(); }),
+                ::testing::AllOf(HasSubstr("two steps' claims on one counter with nothing ordering them"), HasSubstr("claim: step 1 instruction 20"),
+                      HasSubstr("earlier claim: step 0 instruction 10")));
+  }
+  {  // a claim of step 1 before workgroup 1 had made its claim of step 0
+    emu::DependencyChecker c(2, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 2);
+    c.claim(0, {1, 10, 1}, 1, 2);
+    EXPECT_THAT(test::error_of([&] { c.throw_if_violations(); }), HasSubstr("a claim of step 1 came before all 2 claims of step 0 (1 made)"));
+  }
+  {  // a claim of step 0 after step 1's had begun
+    emu::DependencyChecker c(1, 2, describe);
+    c.claim(0, {0, 10, 1}, 1, 1);
+    c.claim(0, {1, 10, 1}, 1, 1);
+    c.claim(0, {0, 11, 1}, 1, 1);
+    EXPECT_THAT(test::error_of([&] { c.throw_if_violations(); }), HasSubstr("a claim of step 0 came after claims of step 1 had begun"));
+  }
+}
+
 TEST(DependencyChecker, CatchesAWriteAfterReadAcrossLayers) {
   // If layer 1's QKV no longer waits for layer 0's down projection, it overwrites nothing it should not,
   // but it reads x while down still writes it: caught as an unordered read of the residual stream.

@@ -12,6 +12,7 @@ DependencyChecker::DependencyChecker(int num_workgroups, uint32_t num_counters,
                                      std::function<std::string(const InstrRef&)> describe)
     : clocks_(size_t(num_workgroups), Clock(size_t(num_workgroups), 0)),
       snapshots_(num_counters),
+      claims_(num_counters),
       describe_(std::move(describe)) {
   for (int w = 0; w < num_workgroups; ++w) clocks_[size_t(w)][size_t(w)] = 1;
 }
@@ -72,6 +73,36 @@ void DependencyChecker::report(const Access& earlier, const Access& now, const B
     list.push_back(fmt::format("{}\n  consumer: {}\n  producer: {}\n  buffer {} cell {}: no counter wait orders these "
                                "two instructions",
                                kind, describe_(reader.ref), describe_(writer.ref), buffer.name, cell));
+}
+
+void DependencyChecker::report_claim(const std::string& what, const Access& later, const Access* earlier, uint32_t line) {
+  const auto key = std::make_pair(later.ref.index, earlier ? earlier->ref.index : later.ref.index);
+  if (std::find(reported_.begin(), reported_.end(), key) != reported_.end()) return;
+  reported_.push_back(key);
+  ++violation_count_;
+  if (read_before_write_.size() >= kMaxReported) return;
+  std::string text = fmt::format("{}\n  claim: {}", what, describe_(later.ref));
+  if (earlier) text += fmt::format("\n  earlier claim: {}", describe_(earlier->ref));
+  read_before_write_.push_back(text + fmt::format("\n  claim counter line {}: its value no longer names a rank", line));
+}
+
+void DependencyChecker::claim(int wg, const InstrRef& who, uint32_t line, uint32_t workgroups) {
+  ClaimLog& log = claims_.at(line);
+  const Access self{wg, clocks_[size_t(wg)][size_t(wg)], who};
+  if (who.step < log.step) {
+    report_claim(fmt::format("a claim of step {} came after claims of step {} had begun", who.step, log.step), self, nullptr, line);
+  } else if (who.step > log.step || log.current.empty()) {
+    if (who.step > 0 && (who.step != log.step + 1 || log.current.size() != workgroups))
+      report_claim(fmt::format("a claim of step {} came before all {} claims of step {} ({} made)", who.step, workgroups,
+                               who.step - 1, who.step == log.step + 1 ? log.current.size() : 0),
+                   self, nullptr, line);
+    log.previous = std::move(log.current);
+    log.current.clear();
+    log.step = who.step;
+  }
+  for (const Access& a : log.previous)
+    if (!ordered(a, wg)) report_claim("two steps' claims on one counter with nothing ordering them", self, &a, line);
+  log.current.push_back(self);
 }
 
 void DependencyChecker::throw_if_violations() const {

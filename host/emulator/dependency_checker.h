@@ -35,6 +35,12 @@ class DependencyChecker {
   // after every earlier adder's writes.
   void read_modify_write(int wg, uint32_t counter, uint32_t before);
 
+  // A claim on counter line `line` (an add whose value names a rank of claimed rows: ClaimedRows in
+  // runtime/schedule.h). Claims of one step may race each other; what must hold is that every claim of
+  // the step before (all `workgroups` of them) happens before it, since its value is read as an offset
+  // from step x workgroups. A claim not so ordered is a violation naming both claims.
+  void claim(int wg, const InstrRef& who, uint32_t line, uint32_t workgroups);
+
   // Accesses to cells [begin, end) of a buffer. An unordered conflict is recorded (once per instruction
   // pair and buffer); throw_if_violations() reports them all.
   void read(int wg, const InstrRef& who, int buffer, size_t begin, size_t end);
@@ -60,15 +66,21 @@ class DependencyChecker {
     std::string name;
     std::vector<Cell> cells;
   };
+  struct ClaimLog {  // per counter line: the claims of the latest step that claimed, and of the step before
+    uint32_t step = 0;
+    std::vector<Access> current, previous;
+  };
   using Clock = std::vector<uint32_t>;
 
   bool ordered(const Access& earlier, int wg) const { return earlier.wg < 0 || earlier.clock <= clocks_[size_t(wg)][size_t(earlier.wg)]; }
   void report(const Access& earlier, const Access& now, const Buffer& buffer, size_t cell, bool earlier_writes,
               bool now_writes);
+  void report_claim(const std::string& what, const Access& later, const Access* earlier, uint32_t line);
 
   std::vector<Clock> clocks_;                  // per workgroup
   std::vector<std::vector<Clock>> snapshots_;  // per counter: clock after its n-th release (index n-1)
   std::vector<Buffer> buffers_;
+  std::vector<ClaimLog> claims_;  // per counter line
   std::function<std::string(const InstrRef&)> describe_;
   // Reads before (or unordered with) their producer are the root causes; overwrites of data still to be
   // read usually follow from them. Both are kept, root causes listed first.

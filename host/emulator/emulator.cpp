@@ -50,6 +50,7 @@ struct Emulator::Impl : emu::EmulatorState {
     uint32_t chunk = 0;
     bool gate_passed = true;  // step 0 has no gate
     bool done = false;
+    uint32_t rank = 0;  // claimed for its next instruction (Schedule::claimed_rows)
   };
 
   static uint32_t target(const Wait& w, uint32_t step) { return w.per_step * (step + 1 - w.lag); }
@@ -108,6 +109,16 @@ struct Emulator::Impl : emu::EmulatorState {
     return true;
   }
 
+  // Workgroup w claims the rank of its instruction `index` (a block with claimed rows) as the
+  // instruction before it starts, before that one's waits: the checker sees the claim with the clock from
+  // before them, as the GPU's claim would be made.
+  void claim(int w, Workgroup& g, uint32_t index) {
+    const Instr& next = schedule.instrs[index];
+    const uint32_t line = schedule.line(schedule.claimed_rows.counter(next.layer, next.op), 0);
+    if (checker) checker->claim(w, emu::InstrRef{g.step, index, next.seq}, line, uint32_t(schedule.num_workgroups));
+    g.rank = ClaimedRows::rank(counters[line]++, g.step, uint32_t(schedule.num_workgroups));
+  }
+
   void signal(int w, uint32_t counter) {
     const uint32_t line = schedule.line(counter, fallback_sync_domain(uint32_t(w), uint32_t(schedule.sync_domains)));
     if (checker) checker->release(w, line);
@@ -159,11 +170,14 @@ struct Emulator::Impl : emu::EmulatorState {
     }
     const uint32_t index = begin + g.pc;
     const Instr& in = schedule.instrs[index];
+    if (g.slice == 0 && index + 1 < end && (schedule.instrs[index + 1].flags & kClaimsRows)) claim(w, g, index + 1);
     if (checker && g.slice == 0)
       for (int i = 0; i < in.num_waits; ++i) acquire(w, in.waits[i].counter, target(in.waits[i], g.step));
     const OpCtx c{w, emu::InstrRef{g.step, index, in.seq}};
     if (in.flags & kWaitsHSlices) {
       if (!advance_slice(w, g, in, c)) return;
+    } else if (in.flags & kClaimsRows) {
+      execute(schedule.claimed_rows.resolve(in, g.rank, uint32_t(schedule.num_workgroups)), c, g.step);
     } else {
       execute(in, c, g.step);
     }
@@ -263,6 +277,9 @@ ScheduleParams schedule_params(const Model& model, const EmulatorOptions& option
   ScheduleParams p{options.num_workgroups, options.attention_splits, false, options.sync_domains, options.h_slice_cols,
                    plan_chunk_steps(model.config, plan_weight_layout(model).format, options.chunk_tokens, options.context)};
   p.attention_combine = options.attention_combine;
+  p.claimed_ops = options.claimed_ops;
+  p.claim_late_ranks = options.claim_late_ranks;
+  p.claim_shrink_percent = options.claim_shrink_percent;
   return p;
 }
 }  // namespace

@@ -32,6 +32,11 @@ struct EmulatorOptions {
   int chunk_tokens = -1;
   // ScheduleParams::attention_combine: -1 the model's default, 0 in o_proj, 1 once per kv group.
   int attention_combine = -1;
+  // Run-time claimed rows (ScheduleParams::claimed_ops, claim_late_ranks, claim_shrink_percent; the GPU
+  // kernel runs static rows).
+  uint32_t claimed_ops = 0;
+  int claim_late_ranks = ScheduleParams{}.claim_late_ranks;
+  int claim_shrink_percent = ScheduleParams{}.claim_shrink_percent;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)
