@@ -211,9 +211,10 @@ struct ClaimedRows {
   uint32_t first_counter = 0;
   static constexpr Op kClaimableOps[3] = {Op::OProj, Op::GateUp, Op::Down};
 
+  // (build_schedule claims only in kClaimableOps' stages.)
   uint32_t counter(int layer, Op op) const {
     uint32_t k = 0;
-    while (kClaimableOps[k] != op) ++k;
+    while (k + 1 < 3 && kClaimableOps[k] != op) ++k;
     return first_counter + 3u * uint32_t(layer) + k;
   }
   // The rank held by a claim that found the counter at `before` in step `step`.
