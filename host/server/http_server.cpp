@@ -6,6 +6,12 @@
 // httplib refuses form-encoded bodies over 8 KiB with 413, and curl -d sends JSON as form-encoded unless
 // told otherwise: the body limit is --max-body whatever the Content-Type says.
 #define CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH SIZE_MAX
+// httplib listens with a backlog of 5. Every request has a connection of its own (keep-alive is off,
+// below), so a burst of clients, or an accept thread that a loaded machine runs late, overflows it: the
+// kernel then drops the connection's last handshake packet and the client waits for a retransmission,
+// a second or more (the kernel's ListenOverflows counted them in the load test). The kernel caps this at
+// net.core.somaxconn.
+#define CPPHTTPLIB_LISTEN_BACKLOG 1024
 #include <httplib.h>
 
 #include <atomic>

@@ -6,6 +6,7 @@
 // and the server's resident memory must stay flat from the first quarter of the run to the end.
 //   node load.mjs --server MK_SERVER --run MK_RUN --make-model MK_TINY_CHAT_MODEL [--work DIR]
 import assert from "node:assert/strict";
+import http from "node:http";
 import path from "node:path";
 import { parseArgs, test, run, Server, makeModel, sleep } from "./common.mjs";
 
@@ -28,60 +29,106 @@ for (let i = kinds.length - 1; i > 0; i--) {
   [kinds[i], kinds[j]] = [kinds[j], kinds[i]];
 }
 
-async function send(i, kind) {
+// The clients speak HTTP through node:http, one connection per request, not through fetch: a fetch whose
+// signal aborts while its body is being read can stay pending for ever (nodejs/node#56917,
+// nodejs/undici#4089), and this test is about the server, not a client's state machine. An http request
+// ends in exactly one of its events - the response's 'end', an 'error', or the socket's 'close' - so
+// every request below settles; an abort is req.destroy(), which closes the connection as a client that
+// goes away does.
+//
+// A request that has not ended this long after it was sent fails the test naming where it stands, rather
+// than hanging until ctest's timeout (a generation here takes milliseconds; the queue holds 5).
+const REQUEST_DEADLINE_MS = 60000;
+
+function send(i, kind) {
   const endpoint = i % 2 ? "chat/completions" : "completions";
   const stream = kind === "stream" || kind === "abort-stream";
   const max_tokens = kind.startsWith("abort") ? 2000 : 8 + (i * 37) % 120;
   const text = kind === "too-long" ? "word ".repeat(CONTEXT) : `request ${i} says hello`;
-  const body = { max_tokens, stream, seed: i, ...(stream ? { stream_options: { include_usage: true } } : {}),
-                 ...(endpoint === "completions" ? { prompt: text } : { messages: [{ role: "user", content: text }] }) };
-  const controller = new AbortController();
-  const result = { i, kind, endpoint, ids: [], done: 0, finishes: [], aborted: false };
-  if (kind === "abort-wait") setTimeout(() => controller.abort(), 1 + (i * 7) % 30);
-  try {
-    const r = await fetch(`${server.url}/v1/${endpoint}`, {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body), signal: controller.signal,
+  const body = JSON.stringify({
+    max_tokens, stream, seed: i, ...(stream ? { stream_options: { include_usage: true } } : {}),
+    ...(endpoint === "completions" ? { prompt: text } : { messages: [{ role: "user", content: text }] }) });
+  const result = { i, kind, endpoint, ids: [], done: 0, finishes: [], aborted: false, stage: "sending" };
+  return new Promise((resolve, reject) => {
+    let settled = false, abortTimer = null;
+    const settle = (error) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(abortTimer);
+      clearTimeout(deadline);
+      if (error) reject(error);
+      else resolve(result);
+    };
+    const deadline = setTimeout(() => {
+      req.destroy();
+      settle(new Error(`request ${i} (${kind}, ${endpoint}) did not end within ${REQUEST_DEADLINE_MS / 1000} s: ${result.stage}`));
+    }, REQUEST_DEADLINE_MS);
+    const abort = () => {
+      result.aborted = true;
+      req.destroy();
+      settle();
+    };
+    const req = http.request(`${server.url}/v1/${endpoint}`, {
+      method: "POST", agent: false,
+      headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) },
     });
-    result.status = r.status;
-    if (r.status !== 200 || !stream) {
-      result.body = await r.json();
-      if (r.status === 200) {
-        result.ids.push(result.body.id);
-        result.finishes.push(result.body.choices[0].finish_reason);
-        result.usage = result.body.usage;
-      }
-      return result;
-    }
-    const reader = r.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      for (let at; (at = buffer.indexOf("\n\n")) >= 0;) {
-        const event = buffer.slice(0, at);
-        buffer = buffer.slice(at + 2);
-        assert.ok(event.startsWith("data: "), `not an SSE data line: ${event}`);
-        const data = event.slice(6);
-        if (data === "[DONE]") {
-          result.done++;
-          continue;
+    if (kind === "abort-wait") abortTimer = setTimeout(abort, 1 + (i * 7) % 30);
+    req.on("error", (e) => settle(result.aborted ? null : e));
+    req.on("response", (res) => {
+      result.status = res.statusCode;
+      result.stage = `reading the ${res.statusCode} response`;
+      res.setEncoding("utf8");
+      let buffer = "";
+      res.on("data", (data) => {
+        buffer += data;
+        if (res.statusCode !== 200 || !stream) return;
+        try {
+          for (let at; (at = buffer.indexOf("\n\n")) >= 0;) {
+            const event = buffer.slice(0, at);
+            buffer = buffer.slice(at + 2);
+            assert.ok(event.startsWith("data: "), `not an SSE data line: ${event}`);
+            const data = event.slice(6);
+            if (data === "[DONE]") {
+              result.done++;
+              continue;
+            }
+            const chunk = JSON.parse(data);
+            assert.ok(!chunk.error, `an error event: ${data}`);
+            if (!result.ids.includes(chunk.id)) result.ids.push(chunk.id);
+            for (const c of chunk.choices) if (c.finish_reason) result.finishes.push(c.finish_reason);
+            if (chunk.usage) result.usage = chunk.usage;
+          }
+        } catch (e) {
+          req.destroy();
+          settle(e);
+          return;
         }
-        const chunk = JSON.parse(data);
-        assert.ok(!chunk.error, `an error event: ${data}`);
-        if (!result.ids.includes(chunk.id)) result.ids.push(chunk.id);
-        for (const c of chunk.choices) if (c.finish_reason) result.finishes.push(c.finish_reason);
-        if (chunk.usage) result.usage = chunk.usage;
-      }
-      if (kind === "abort-stream" && result.ids.length) controller.abort();
-    }
-    assert.equal(buffer, "", "the stream ended in the middle of an event");
-  } catch (e) {
-    if (e.name !== "AbortError" || !kind.startsWith("abort")) throw e;
-    result.aborted = true;
-  }
-  return result;
+        // The client hangs up after the first event; the server notices at its next token.
+        if (kind === "abort-stream" && result.ids.length) abort();
+      });
+      res.on("end", () => {
+        try {
+          if (res.statusCode !== 200 || !stream) {
+            result.body = JSON.parse(buffer);
+            if (res.statusCode === 200) {
+              result.ids.push(result.body.id);
+              result.finishes.push(result.body.choices[0].finish_reason);
+              result.usage = result.body.usage;
+            }
+          } else {
+            assert.equal(buffer, "", "the stream ended in the middle of an event");
+          }
+          settle();
+        } catch (e) {
+          settle(e);
+        }
+      });
+      // The connection closed before the response's end: the server cut it (an abort settled earlier).
+      res.on("close", () => settle(res.complete ? null : new Error(`request ${i} (${kind}, ${endpoint}): the server ` +
+                                                                    `closed the connection ${result.stage}`)));
+    });
+    req.end(body);
+  });
 }
 
 const results = [];
