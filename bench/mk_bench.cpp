@@ -276,7 +276,7 @@ int run(int argc, char** argv) {
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
                  "w % N; 'probe' = the probed GPC/XCD map, fragments under 8 units merged")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (trace_step >= 0) {
     profile = true;
     if (trace_step >= tokens) mk::fail("--trace {}: each launch runs {} steps (-n), so at most step {}", trace_step, tokens, tokens - 1);

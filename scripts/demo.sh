@@ -17,3 +17,6 @@ if [[ -x $build/bench/mk-bench ]]; then
   "$build/host/tools/mk-run" --preset llama-3.2-1b -n 128 -c 2048 -q
   "$build/bench/mk-bench" --preset llama-3.2-1b --depths 1024 -n 128 -r 3
 fi
+echo
+echo "built in $build: host/tools/mk-chat (chat; -m MODEL_DIR for another model), host/tools/mk-run (raw"
+echo "completion: -m MODEL_DIR -p TEXT), host/server/mk-server (OpenAI API: -m MODEL_DIR --port 8080)"

@@ -6,7 +6,8 @@
 #    monokernel on Llama-3.2-1B's shapes with random weights (--preset llama-3.2-1b, its summary line) and
 #    the benchmark line (mk-bench, context 1024).
 # The showing part is scripts/demo.sh, which runs on a tree built elsewhere too (the GPU check does).
-# Extra arguments go to mk-run instead (e.g. -m MODEL_DIR -n 256).
+# Builds mk-run, mk-chat, mk-server and libmonokernel into build-none (no GPU) or build-nvidia.
+# Extra arguments go to mk-run instead (e.g. -m MODEL_DIR -p "def fib(" -n 256).
 #   scripts/run.sh [mk-run arguments]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,10 +17,9 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && command 
 if [[ $gpu == none && -x /usr/local/cuda/bin/nvcc ]] && nvidia-smi -L >/dev/null 2>&1; then export PATH=/usr/local/cuda/bin:$PATH; gpu=nvidia; fi
 build=build-$gpu
 cmake -S . -B "$build" -G Ninja -DMK_GPU=$gpu -DMK_BUILD_TESTS=OFF >/dev/null
-# mk-chat and the library too: they are what `cmake --install "$build"` installs (README).
-targets=(mk-run mk-chat monokernel)
+# mk-chat, mk-server and the library too: they are what `cmake --install "$build"` installs (README).
+targets=(mk-run mk-chat mk-server monokernel)
 [[ $gpu != none ]] && targets+=(mk-bench)
-[[ $# -eq 0 ]] && targets+=(mk-chat)  # for the shipped model's text, below
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 if [[ $# -gt 0 ]]; then
   exec "$build/host/tools/mk-run" "$@"

@@ -4,7 +4,9 @@
 #      find_package(monokernel), warnings as errors;
 #   3. run them on a tiny chat model (CPU emulator) and check the output: the tokenizer round trip, two
 #      turns where the second ingests less than the first, and the same greedy reply from the C example,
-#      the C++ example and the installed mk-chat -p.
+#      the C++ example and the installed mk-chat -p;
+#   4. build the C example again with the compiler alone and the installed pkg-config file (its rpath from
+#      pkg-config's libdir), and check that it gives the same reply.
 # Variables: BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR MAKE_MODEL (the mk-tiny-chat-model tool).
 cmake_minimum_required(VERSION 3.25)
 foreach(var BUILD_DIR SOURCE_DIR WORK_DIR GENERATOR MAKE_MODEL)
@@ -36,7 +38,7 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 
 run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
-foreach(file include/monokernel.h include/monokernel.hpp bin/mk-chat)
+foreach(file include/monokernel.h include/monokernel.hpp bin/mk-chat bin/mk-server)
   if(NOT EXISTS "${prefix}/${file}")
     message(FATAL_ERROR "not installed: ${prefix}/${file}")
   endif()
@@ -80,5 +82,30 @@ run("${WORK_DIR}/build/monokernel-example-cpp" "${WORK_DIR}/model" "Hello, world
 string(FIND "${OUT}" "reply: <<<${reply}>>>\nturn 1: ingested" found)
 if(found LESS 0)
   message(FATAL_ERROR "the C++ example's reply differs from the C example's [${reply}]:\n${OUT}")
+endif()
+
+# pkg-config, as a Makefile user builds: cc example.c $(pkg-config --cflags --libs monokernel) + an rpath.
+find_program(PKG_CONFIG pkg-config REQUIRED)
+find_program(C_COMPILER NAMES cc gcc clang REQUIRED)
+file(GLOB_RECURSE pc_file "${prefix}/*/pkgconfig/monokernel.pc")
+if(NOT pc_file)
+  message(FATAL_ERROR "not installed: lib/pkgconfig/monokernel.pc under ${prefix}")
+endif()
+get_filename_component(pc_dir "${pc_file}" DIRECTORY)
+set(pkg_config ${CMAKE_COMMAND} -E env "PKG_CONFIG_PATH=${pc_dir}" ${PKG_CONFIG})
+run(${pkg_config} --cflags --libs monokernel)
+string(STRIP "${OUT}" flags)
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run(${pkg_config} --variable=libdir monokernel)
+string(STRIP "${OUT}" libdir)
+if(NOT EXISTS "${libdir}/libmonokernel.so")
+  message(FATAL_ERROR "monokernel.pc's libdir ${libdir} has no libmonokernel.so (the prefix installed to is ${prefix})")
+endif()
+run(${C_COMPILER} -Werror "${SOURCE_DIR}/host/api/example/example.c" ${flags} "-Wl,-rpath,${libdir}"
+    -o "${WORK_DIR}/example-pkg-config")
+run("${WORK_DIR}/example-pkg-config" "${WORK_DIR}/model" "Hello, world")
+string(FIND "${OUT}" "reply: <<<${reply}>>>\nturn 1: ingested" found)
+if(found LESS 0)
+  message(FATAL_ERROR "the example built with pkg-config replies differently from the CMake build [${reply}]:\n${OUT}")
 endif()
 message(STATUS "install_example: ok")

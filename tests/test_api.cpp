@@ -326,6 +326,43 @@ TEST(Capi, AContextOverTheLimitIsAnInvalidArgumentBeforeAllocating) {
   EXPECT_THAT(err, HasSubstr("2000000000"));
 }
 
+// The context rule every front end shares (runtime/context_size.h): 0 is the model's trained length up
+// to 4096; more than the trained length works, with a notice.
+TEST(Capi, TheContextDefaultsToTheTrainedLengthAndWarnsBeyondIt) {
+  const mk::test::ScopedTinyChatModel short_model("api-context");
+  {
+    const auto path = short_model.dir / "config.json";
+    std::ifstream in(path);
+    nlohmann::json config = nlohmann::json::parse(in);
+    in.close();
+    config["max_position_embeddings"] = 1000;
+    std::ofstream(path) << config.dump(1);
+  }
+  const auto open = [&](int context, std::vector<std::string>& notices) {
+    mk_model_options o = emulator(context);
+    o.user = &notices;
+    o.on_notice = [](const char* message, void* user) { static_cast<std::vector<std::string>*>(user)->push_back(message); };
+    mk_model* model = nullptr;
+    char err[512];
+    EXPECT_EQ(mk_model_open(short_model.dir.c_str(), &o, &model, err, sizeof err), MK_OK) << err;
+    mk_session* session = nullptr;
+    EXPECT_EQ(mk_session_create(model, nullptr, &session), MK_OK);
+    mk_stats s;
+    mk_session_stats(session, &s);
+    mk_session_destroy(session);
+    mk_model_close(model);
+    return s.context_size;
+  };
+  std::vector<std::string> notices;
+  EXPECT_EQ(open(0, notices), 1000);
+  EXPECT_TRUE(notices.empty()) << notices.front();
+  EXPECT_EQ(open(1000, notices), 1000);
+  EXPECT_TRUE(notices.empty()) << notices.front();
+  EXPECT_EQ(open(1500, notices), 1500);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_EQ(notices[0], "context 1500 > the model's trained length 1000 (max_position_embeddings): output past it may degrade");
+}
+
 // Overwrites one BF16 element of tensor `name` in `dir`/model.safetensors with `bits`.
 void plant_bf16(const std::filesystem::path& dir, const std::string& name, size_t index, uint16_t bits) {
   std::fstream f(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);

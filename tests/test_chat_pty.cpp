@@ -374,6 +374,16 @@ TEST(ChatPty, ALineOfSpacesIsNotSent) {
   EXPECT_THAT(r.out, HasSubstr("turns: 0"));
 }
 
+TEST(ChatPty, OneShotReplyThatFillsTheContextSuggestsNoReset) {
+  std::vector<std::string> args = {"-m", model_dir().string(), "-c", "64", "-n", "-1", "-p", "hi"};
+  for (const auto& a : backend_args()) args.push_back(a);
+  const mk::test::Captured r = run_captured(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("[the context is full (64 tokens): use a larger -c for a longer reply]"));
+  EXPECT_THAT(r.err, Not(HasSubstr("/reset"))) << "-p has no /reset";
+  EXPECT_FALSE(r.out.empty());
+}
+
 TEST(ChatPty, OneShotPromptTooLongSuggestsNoReset) {
   std::vector<std::string> args = {"-m", model_dir().string(), "-c", "64", "-p", std::string(100, 'x')};
   for (const auto& a : backend_args()) args.push_back(a);

@@ -56,17 +56,25 @@ TEST(ServerRequest, ReadsEveryFieldOfAChatRequest) {
   EXPECT_FLOAT_EQ(*r.top_p, 0.9f);
   EXPECT_EQ(r.top_k, 3);
   EXPECT_FLOAT_EQ(*r.min_p, 0.1f);
-  EXPECT_EQ(r.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_FALSE(r.seed);  // -1: a random seed, as llama.cpp's server reads it
+  EXPECT_TRUE(r.random_seed);
   EXPECT_THAT(r.stop, ::testing::ElementsAre("\n\n", "END"));
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
   EXPECT_EQ(r.enable_thinking, false);
 }
 
+TEST(ServerRequest, SeedsFromZeroToTheLargest) {
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": 0})").seed, 0u);
+  const auto largest = parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": 18446744073709551615})");
+  EXPECT_EQ(largest.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_FALSE(largest.random_seed);
+}
+
 TEST(ServerRequest, AbsentAndNullFieldsAreUnset) {
   const auto r = parse_request(Endpoint::Completion, R"({"prompt": "x", "max_tokens": null, "temperature": null, "stop": null})");
   EXPECT_EQ(r.prompt, "x");
-  EXPECT_FALSE(r.max_tokens || r.temperature || r.top_p || r.top_k || r.min_p || r.seed);
+  EXPECT_FALSE(r.max_tokens || r.temperature || r.top_p || r.top_k || r.min_p || r.seed || r.random_seed);
   EXPECT_TRUE(r.stop.empty());
   EXPECT_FALSE(r.stream);
 }
@@ -107,9 +115,18 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_k": -1})", "'top_k' must be a non-negative integer"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "'max_tokens' must be a positive integer (got 0)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 5000000000})",
-       "'max_completion_tokens' must be a positive integer"},
+       "'max_completion_tokens' is too large: at most 2147483647 (got 5000000000)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1099511627776})",
+       "'max_tokens' is too large: at most 2147483647 (got 1099511627776)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1234567890123456789012})",
+       "'max_tokens' is too large: at most 9223372036854775807"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"})", "'max_tokens' must be an integer (got a string)"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})", "'seed' must be an integer"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1.5})",
+       "'seed' must be -1 (a random seed) or an integer from 0 to 18446744073709551615 (got a number with a fraction)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "seed": -2})",
+       "'seed' must be -1 (a random seed) or an integer from 0 to 18446744073709551615 (got -2)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "seed": 1234567890123456789012})",
+       "'seed' is too large: at most 18446744073709551615 (got 1.2345678901234568e+21)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "'stream' must be a boolean (got a string)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": 1})", "'stream_options' must be an object"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": 1})", "'stop' must be a string or an array of strings"},

@@ -305,11 +305,11 @@ std::vector<std::string> with(std::vector<std::string> args, const std::vector<s
 TEST(MkChatDefaultModel, OpensTheShippedModelAndSaysSo) {
   const Captured r = run_mk_chat(kOneShot);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("model: " + kModelDir.string() + " (the model shipped with monokernel"));
+  EXPECT_THAT(r.err, HasSubstr("model: " + kModelDir.string() + " (shipped with monokernel"));
   // The same reply as with -m pointing at the model: it opened that model, not another one.
   const Captured explicit_m = run_mk_chat(with({"-m", kModelDir.string()}, kOneShot));
   ASSERT_EQ(explicit_m.status, 0) << explicit_m.err;
-  EXPECT_THAT(explicit_m.err, Not(HasSubstr("the model shipped with monokernel")));
+  EXPECT_THAT(explicit_m.err, Not(HasSubstr("shipped with monokernel")));
   EXPECT_GT(r.out.size(), 1u);
   EXPECT_EQ(r.out, explicit_m.out);
 }

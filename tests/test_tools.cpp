@@ -1,19 +1,30 @@
-// What the command-line tools say when a value is wrong or does not fit: the real binaries (mk-run,
-// mk-chat, mk-tiny-chat-model) run as a user runs them, on the CPU emulator, their messages checked.
-//   MkRun.*, MkChat.*, MkTinyChatModel.*
+// What the command-line tools say and do as a user runs them: the real binaries (mk-run, mk-chat,
+// mk-server, mk-tiny-chat-model) on the CPU emulator, their messages, exit statuses and outputs checked.
+//   MkRun.*, MkChat.*, MkServer.*, Tools.*, MkTinyChatModel.*
 // None of them allocates much: the memory checks refuse the huge contexts before allocating.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "runtime/tokenizer.h"
 #include "tests/helpers/run_command.h"
 #include "tests/helpers/tiny_chat_model.h"
 
-#if !defined(MK_RUN_BINARY) || !defined(MK_CHAT_BINARY) || !defined(MK_TINY_CHAT_MODEL_BINARY)
-#error "MK_RUN_BINARY, MK_CHAT_BINARY and MK_TINY_CHAT_MODEL_BINARY (the tools' paths) must be defined"
+#if !defined(MK_RUN_BINARY) || !defined(MK_CHAT_BINARY) || !defined(MK_SERVER_BINARY) || !defined(MK_TINY_CHAT_MODEL_BINARY)
+#error "MK_RUN_BINARY, MK_CHAT_BINARY, MK_SERVER_BINARY and MK_TINY_CHAT_MODEL_BINARY (the tools' paths) must be defined"
+#endif
+#ifndef MK_SHIPPED_MODEL_DIR
+#error "MK_SHIPPED_MODEL_DIR (models/pystdlib-6m in the source tree) must be defined"
 #endif
 
 namespace {
@@ -32,9 +43,9 @@ const std::filesystem::path& chat_model() {
   return model.dir;
 }
 
-Captured mk_chat(std::vector<std::string> args) {
+Captured mk_chat(std::vector<std::string> args, const std::string& input = "") {
   args.insert(args.begin(), {MK_CHAT_BINARY, "--emulator", "-m", chat_model().string()});
-  return mk::test::run_command(args);
+  return mk::test::run_command(args, input);
 }
 
 // The messages every tool gives for the same sampling mistakes (runtime/sampling.h's rule).
@@ -48,8 +59,8 @@ const std::vector<std::pair<std::vector<std::string>, std::string>> kBadSampling
 
 TEST(MkRun, AHugeContextIsRefusedNamingTheLimit) {
   const Captured r = mk_run({"-c", "2000000000", "-n", "1"});
-  EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("mk-run: error: emulator: context must be between 1 and 16777216 tokens (got 2000000000)"));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--ctx-size: 2000000000 is out of range: expected a whole number from 0 to 16777216"));
   EXPECT_THAT(r.err, Not(HasSubstr("bad_alloc")));
 }
 
@@ -58,7 +69,7 @@ TEST(MkRun, InvalidSamplingValuesAreRejected) {
     std::vector<std::string> args = flags;
     args.insert(args.end(), {"-n", "1"});
     const Captured r = mk_run(args);
-    EXPECT_EQ(r.status, 1) << message;
+    EXPECT_EQ(r.status, 2) << message;
     EXPECT_EQ(r.err, "mk-run: error: " + message + "\n");
     EXPECT_EQ(r.out, "");
   }
@@ -67,17 +78,17 @@ TEST(MkRun, InvalidSamplingValuesAreRejected) {
 TEST(MkRun, RangeErrorsNameTheAcceptedRange) {
   Captured r = mk_run({"-c", "-5"});
   EXPECT_NE(r.status, 0);
-  EXPECT_THAT(r.err, HasSubstr("--ctx-size: -5 is out of range: expected a whole number from 1 to 2147483647"));
+  EXPECT_THAT(r.err, HasSubstr("--ctx-size: -5 is out of range: expected a whole number from 0 to 16777216"));
   EXPECT_THAT(r.err, Not(HasSubstr("179769313")));  // CLI11's Range prints DBL_MAX in full
   r = mk_run({"-n", "99999999999"});
   EXPECT_THAT(r.err, HasSubstr("--n-predict: 99999999999 is out of range: expected a whole number from 0 to 2147483647"));
   r = mk_run({"-c", "many"});
-  EXPECT_THAT(r.err, HasSubstr("--ctx-size: many is not a whole number (expected one from 1 to 2147483647)"));
+  EXPECT_THAT(r.err, HasSubstr("--ctx-size: many is not a whole number (expected one from 0 to 16777216)"));
 }
 
 TEST(MkRun, ATokenIdOutOfRangeIsCalledThat) {
   Captured r = mk_run({"-t", "99999999999", "-n", "1"});
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.err, HasSubstr("--tokens: token id 99999999999 is out of range: this model's ids are 0 to 1023"));
   EXPECT_THAT(r.err, Not(HasSubstr("comma-separated")));
   r = mk_run({"-t", "1024", "-n", "1"});
@@ -113,10 +124,12 @@ TEST(MkRun, QuantizeOptions) {
 }
 
 TEST(MkChat, AHugeContextIsRefusedNamingTheLimit) {
-  const Captured r = mk_chat({"-c", "2000000000", "-p", "hi"});
-  EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("mk-chat: error: context must be between 1 and 16777216 tokens"));
-  EXPECT_THAT(r.err, Not(HasSubstr("bad_alloc")));
+  for (const char* c : {"2000000000", "100000000"}) {
+    const Captured r = mk_chat({"-c", c, "-p", "hi"});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("--ctx-size: {} is out of range: expected a whole number from 0 to 16777216", c)));
+    EXPECT_THAT(r.err, Not(HasSubstr("bad_alloc")));
+  }
 }
 
 TEST(MkChat, InvalidSamplingValuesAreRejectedBeforeLoading) {
@@ -124,14 +137,14 @@ TEST(MkChat, InvalidSamplingValuesAreRejectedBeforeLoading) {
     std::vector<std::string> args = flags;
     args.insert(args.end(), {"-p", "hi"});
     const Captured r = mk_chat(args);
-    EXPECT_EQ(r.status, 1) << message;
+    EXPECT_EQ(r.status, 2) << message;
     EXPECT_EQ(r.err, "mk-chat: error: " + message + "\n") << "the model was loaded before the values were checked";
   }
 }
 
 TEST(MkChat, RangeErrorsNameTheAcceptedRange) {
-  Captured r = mk_chat({"-c", "0", "-p", "hi"});
-  EXPECT_THAT(r.err, HasSubstr("--ctx-size: 0 is out of range: expected a whole number from 1 to 2147483647"));
+  Captured r = mk_chat({"-c", "-1", "-p", "hi"});
+  EXPECT_THAT(r.err, HasSubstr("--ctx-size: -1 is out of range: expected a whole number from 0 to 16777216"));
   r = mk_chat({"-n", "-7", "-p", "hi"});
   EXPECT_THAT(r.err, HasSubstr("--n-predict: -7 is out of range: expected a whole number from -1 to 2147483647"));
   r = mk_chat({"-n", "0", "-p", "hi"});
@@ -149,6 +162,230 @@ TEST(MkTinyChatModel, HelpPrintsUsageAndWritesNothing) {
   const Captured r = mk::test::run_command({MK_TINY_CHAT_MODEL_BINARY, "model"}, "", cwd.path);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(cwd.path / "model" / "tokenizer.json"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The commands a newcomer types first, on the model shipped in models/pystdlib-6m.
+
+const std::filesystem::path kShipped = MK_SHIPPED_MODEL_DIR;
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// max_position_embeddings as config.json says it (read here, not through the runtime's parser).
+int shipped_trained_length() { return read_json(kShipped / "config.json").at("max_position_embeddings").get<int>(); }
+
+Captured shipped_chat(std::vector<std::string> args, const std::string& input = "") {
+  args.insert(args.begin(), {MK_CHAT_BINARY, "--emulator", "-m", kShipped.string()});
+  return mk::test::run_command(args, input);
+}
+
+// What mk-server says when it starts: run until it prints "listening on" (or exits), then stopped as a
+// user stops it (SIGTERM); its stderr and exit status. It listens on a free loopback port and serves nothing.
+Captured server_start(const std::vector<std::string>& args) {
+  std::string cmd = std::string("'") + MK_SERVER_BINARY + "' --emulator --port 0 -q";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  const std::string sh = "log=$(mktemp); " + cmd + " 2>\"$log\" & pid=$!; "
+                         "for i in $(seq 600); do grep -q 'listening on' \"$log\" && break; kill -0 $pid 2>/dev/null || break; "
+                         "sleep 0.1; done; kill -TERM $pid 2>/dev/null; wait $pid; status=$?; cat \"$log\" >&2; rm -f \"$log\"; "
+                         "exit $status";
+  return mk::test::run_command({"bash", "-c", sh});
+}
+
+TEST(Tools, TheContextDefaultsToTheTrainedLengthUpTo4096AndWarnsBeyondIt) {
+  const int trained = shipped_trained_length();
+  ASSERT_LT(trained, 4096) << "the check needs a model trained on fewer than 4096 positions";
+  for (const std::vector<std::string>& c : {std::vector<std::string>{}, std::vector<std::string>{"-c", "0"}}) {
+    std::vector<std::string> args = c;
+    args.insert(args.end(), {"--temp", "0", "-n", "1", "-p", "hi"});
+    const Captured r = shipped_chat(args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(fmt::format("/{}]", trained))) << "mk-chat's context, after the reply";
+    EXPECT_THAT(r.err, Not(HasSubstr("warning")));
+  }
+  const std::string beyond =
+      fmt::format("warning: context 8192 > the model's trained length {} (max_position_embeddings): output past it may degrade",
+                  trained);
+  Captured r = shipped_chat({"-c", "8192", "--temp", "0", "-n", "1", "-p", "hi"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(beyond));
+  EXPECT_THAT(r.err, HasSubstr("/8192]"));
+
+  r = mk_run({"-m", kShipped.string(), "-n", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(fmt::format("context {} tokens", trained)));
+  r = mk_run({"-m", kShipped.string(), "-c", "8192", "-n", "1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(beyond));
+  EXPECT_THAT(r.err, HasSubstr("context 8192 tokens"));
+
+  r = server_start({"-m", kShipped.string()});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(fmt::format("context {} tokens", trained)));
+  r = server_start({"-m", kShipped.string(), "-c", "8192"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(beyond));
+  EXPECT_THAT(r.err, HasSubstr("context 8192 tokens"));
+}
+
+// "(seed N)" at the end of mk-run's summary when it drew a random seed.
+std::string drawn_seed(const Captured& r) {
+  std::smatch m;
+  if (!std::regex_search(r.out, m, std::regex(R"(\(seed (\d+)\))"))) return "";
+  return m[1];
+}
+
+std::string tokens_line(const Captured& r) { return r.out.substr(0, r.out.find('\n')); }
+
+TEST(Tools, SeedMinusOneMeansARandomSeed) {
+  const std::vector<std::string> sample = {"--temp", "1", "-n", "16"};
+  std::vector<std::string> random = sample;
+  random.insert(random.end(), {"--seed", "-1"});
+  const Captured a = mk_run(random), b = mk_run(random);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const std::string seed = drawn_seed(a);
+  ASSERT_NE(seed, "") << "mk-run names the seed it drew:\n" << a.out;
+  EXPECT_NE(drawn_seed(b), seed) << "two runs with --seed -1 drew the same seed";
+  std::vector<std::string> fixed = sample;
+  fixed.insert(fixed.end(), {"--seed", seed});
+  const Captured again = mk_run(fixed);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_THAT(tokens_line(a), ::testing::StartsWith("tokens: "));
+  EXPECT_EQ(tokens_line(again), tokens_line(a)) << "the drawn seed does not reproduce its tokens";
+  EXPECT_EQ(drawn_seed(again), "") << "a given seed is not a drawn one";
+
+  for (const char* bad : {"-2", "1.5", "18446744073709551616", "x"}) {
+    const std::string message =
+        fmt::format("--seed: {} is not a seed: expected -1 (a random seed) or a whole number from 0 to 18446744073709551615", bad);
+    Captured r = mk_run({"--seed", bad, "-n", "1"});
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_THAT(r.err, HasSubstr(message));
+    r = mk_chat({"--seed", bad, "-p", "hi"});
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_THAT(r.err, HasSubstr(message));
+  }
+  const Captured chat = mk_chat({"--seed", "-1", "-n", "2", "-p", "hi"});
+  EXPECT_EQ(chat.status, 0) << chat.err;
+  const Captured largest = mk_run({"--seed", "18446744073709551615", "-n", "1"});
+  EXPECT_EQ(largest.status, 0) << largest.err;
+}
+
+TEST(Tools, HelpShowsTheChoicesOfAnOptionPlainly) {
+  for (const char* tool : {MK_RUN_BINARY, MK_CHAT_BINARY, MK_SERVER_BINARY}) {
+    const Captured r = mk::test::run_command({tool, "--help"});
+    EXPECT_EQ(r.status, 0) << tool;
+    EXPECT_THAT(r.out, HasSubstr("--quantize none|fp8|int4")) << tool;
+    EXPECT_THAT(r.out, HasSubstr("--quantize-head yes|no")) << tool;
+    EXPECT_THAT(r.out, HasSubstr("--seed SEED")) << tool;
+    EXPECT_THAT(r.out, Not(HasSubstr("ENUM"))) << tool;
+    EXPECT_THAT(r.out, Not(HasSubstr("->"))) << tool;
+  }
+}
+
+// 0 success, 1 an error, 2 a bad command-line argument (CLI11's own 104-106 folded into it).
+TEST(Tools, ExitStatuses) {
+  for (const char* tool : {MK_RUN_BINARY, MK_CHAT_BINARY, MK_SERVER_BINARY}) {
+    Captured r = mk::test::run_command({tool, "-m", kShipped.string(), "--bogus"});
+    EXPECT_EQ(r.status, 2) << tool << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("--bogus")) << tool;
+    r = mk::test::run_command({tool, "--emulator", "-m", kShipped.string(), "-n", "many"});
+    EXPECT_EQ(r.status, 2) << tool << ": " << r.err;
+  }
+  for (const char* tool : {MK_RUN_BINARY, MK_CHAT_BINARY}) {
+    const Captured r = mk::test::run_command({tool, "--emulator", "-m", "/nonexistent/model", "-p", "hi"});
+    EXPECT_EQ(r.status, 1) << tool << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("/nonexistent/model")) << tool;
+  }
+  const Captured server = mk::test::run_command({MK_SERVER_BINARY, "--emulator", "-m", kShipped.string(), "--host", "256.0.0.1"});
+  EXPECT_EQ(server.status, 1) << server.err;
+  EXPECT_THAT(server.err, HasSubstr("mk-server: error: cannot listen on 256.0.0.1"));
+}
+
+// mk-run -p: raw completion in text, as llama-cli does it. The expected tokens are transformers' own:
+// scripts/train_tiny_model.py ran transformers' greedy decoding on its text prompt and stored the prompt's
+// ids (Hugging Face's tokenizer) and 256 tokens in training.json.
+TEST(MkRun, TextInTextOutFollowsTransformers) {
+  const nlohmann::json check = read_json(kShipped / "training.json").at("self_check");
+  const std::string prompt = check.at("text_prompt").get<std::string>();
+  const std::vector<int32_t> prompt_ids = check.at("text_prompt_ids").get<std::vector<int32_t>>();
+  std::vector<int32_t> expected = check.at("greedy_256").get<std::vector<int32_t>>();
+  // Steps whose top-2 margin in transformers is over 0.2 logits: the emulator's bf16 cache cannot flip them.
+  const std::vector<double> margins = check.at("greedy_256_top2_margins").get<std::vector<double>>();
+  size_t n = 0;
+  while (n < 8 && margins.at(n) > 0.2) ++n;
+  ASSERT_GE(n, 2u);
+  expected.resize(n);
+  std::string expected_ids = "tokens:";
+  for (int32_t t : expected) expected_ids += fmt::format(" {}", t);
+  const std::string steps = std::to_string(n);
+
+  Captured r = mk_run({"-m", kShipped.string(), "-p", prompt, "-n", steps, "--temp", "0", "--ids"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(tokens_line(r), expected_ids) << "-p encodes as transformers' tokenizer, and generates as transformers";
+  std::string ids_text;
+  for (int32_t t : prompt_ids) {
+    if (!ids_text.empty()) ids_text += ',';
+    ids_text += std::to_string(t);
+  }
+  r = mk_run({"-m", kShipped.string(), "-t", ids_text, "-n", steps, "--temp", "0", "--ids"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(tokens_line(r), expected_ids) << "-t with transformers' prompt ids";
+
+  r = mk_run({"-m", kShipped.string(), "-p", prompt, "-n", steps, "--temp", "0"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string text = mk::Tokenizer::load(kShipped).decode(expected);
+  if (text.empty() || text.back() != '\n') text += '\n';
+  EXPECT_EQ(r.out, text) << "stdout is the continuation's text and nothing else";
+  EXPECT_THAT(r.err, HasSubstr(fmt::format("{} prompt tokens, {} generated (max_tokens)", prompt_ids.size(), n)));
+
+  r = mk_run({"-m", kShipped.string(), "-p", "", "-n", "1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("-p: the prompt is empty"));
+  r = mk_run({"-p", "hello", "-n", "1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("-p needs a model with a tokenizer"));
+  r = mk_run({"-m", kShipped.string(), "-p", "x", "-t", "1", "-n", "1"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.err, HasSubstr("excludes"));
+}
+
+TEST(MkChat, AnEmptyPromptIsRefused) {
+  for (const char* p : {"", " \n"}) {
+    const Captured r = mk_chat({"-p", p});
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("mk-chat: error: -p: the prompt is empty"));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST(MkChat, HelpListsTheCommands) {
+  const Captured r = mk_chat({}, "/help\n/quit\n");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("unknown command")));
+  const size_t banner = r.err.find("commands: /reset");
+  ASSERT_NE(banner, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("commands: /reset", banner + 1), std::string::npos) << "/help printed nothing:\n" << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/stats"));
+  EXPECT_THAT(r.err, HasSubstr("/quit"));
+}
+
+// What mk-chat and mk-run print about themselves fits a 120-column terminal (a path is as long as it is).
+TEST(Tools, InfoLinesFit120Columns) {
+  const Captured chat = mk::test::run_command({MK_CHAT_BINARY, "--emulator", "--temp", "0", "-n", "4", "-p", "hi"});
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  const Captured run = mk_run({"-m", kShipped.string(), "-p", "def f(", "-n", "4"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  for (const std::string& text : {chat.err, run.err}) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      size_t width = line.size();
+      if (const size_t at = line.find(kShipped.string()); at != std::string::npos) width -= kShipped.string().size();
+      EXPECT_LE(width, 120u) << line;
+    }
+  }
 }
 
 }  // namespace

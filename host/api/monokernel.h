@@ -112,8 +112,8 @@ typedef struct mk_session mk_session;
 
 typedef struct mk_model_options {
   mk_backend_kind backend;
-  int context;          /* KV cache capacity per session in tokens; 0: min(4096, the model's maximum); at most
-                           16777216 */
+  int context;          /* KV cache capacity per session in tokens; 0: min(4096, the model's max_position_embeddings);
+                           at most 16777216; more than max_position_embeddings works, with a notice (on_notice) */
   int gpu_device;
   int emulator_workgroups; /* virtual workgroups of the CPU emulator (same tokens for any value), at most 4096 */
   /* Weight upload progress on the GPU: bytes done, bytes total, seconds so far. Called from mk_model_open

@@ -7,6 +7,7 @@
 
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
+#include "runtime/context_size.h"
 #include "runtime/limits.h"
 #include "runtime/model.h"
 
@@ -25,6 +26,7 @@ struct Engine::Shared {
   std::string backend_name;
   bool on_gpu = false;
   int vocab_size = 0;  // the model's (prompt ids must be below it)
+  int context_size = 0;  // each session's KV cache tokens
 
   std::mutex mutex;  // guards idle
   // Backends of closed sessions (and the one made at open): reused, since on the GPU each holds a copy
@@ -127,7 +129,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
                       fmt::format("{} is not a directory (expected a Hugging Face model directory)", dir.string()));
   const auto invalid = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
   if (options.context < 0 || options.context > limits::kMaxPositions)
-    invalid(fmt::format("context must be between 1 and {} tokens, or 0 for the default (got {})", limits::kMaxPositions,
+    invalid(fmt::format("the context must be between 1 and {} tokens, or 0 for the default (got {})", limits::kMaxPositions,
                         options.context));
   if (options.emulator_workgroups > kMaxEmulatorWorkgroups)
     invalid(fmt::format("emulator_workgroups must be at most {} (got {})", kMaxEmulatorWorkgroups, options.emulator_workgroups));
@@ -148,8 +150,9 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   const Model& m = *model;
   shared->model = std::move(model);
 
-  const int max_position = m.config.max_position > 0 ? m.config.max_position : 4096;
-  const int context = options.context > 0 ? options.context : std::min(4096, max_position);
+  const ContextChoice chosen = choose_context(options.context, m.config.max_position);
+  if (!chosen.warning.empty() && options.on_notice) options.on_notice(chosen.warning);
+  const int context = chosen.tokens;
 
   std::string why_no_gpu;
   const bool gpu = options.backend != BackendChoice::Emulator && gpu_available(&why_no_gpu);
@@ -176,6 +179,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   // Make the first backend now: the weight upload (and its progress bar) belongs to opening the model.
   auto first = shared->take_backend();
   shared->backend_name = first->name();
+  shared->context_size = first->context();
   shared->idle.push_back(std::move(first));
   return std::unique_ptr<Engine>(new Engine(std::move(shared)));
 }
@@ -188,6 +192,7 @@ Engine::Engine(Tokenizer tokenizer, std::optional<ChatTemplate> chat_template, s
   shared_->vocab_size = int(shared_->tokenizer.vocab_size());
   auto first = shared_->take_backend();
   shared_->backend_name = first->name();
+  shared_->context_size = first->context();
   shared_->idle.push_back(std::move(first));
 }
 
@@ -200,6 +205,7 @@ bool Engine::has_chat_template() const { return shared_->chat_template.has_value
 std::string Engine::backend_name() const { return shared_->backend_name; }
 bool Engine::on_gpu() const { return shared_->on_gpu; }
 int Engine::vocab_size() const { return shared_->vocab_size; }
+int Engine::context_size() const { return shared_->context_size; }
 
 std::unique_ptr<Session> Engine::create_session(const SessionOptions& options) {
   return std::unique_ptr<Session>(new Session(shared_, shared_->take_backend(), options));

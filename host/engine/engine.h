@@ -68,7 +68,9 @@ inline constexpr int kMaxEmulatorWorkgroups = 4096;
 
 struct EngineOptions {
   BackendChoice backend = BackendChoice::Auto;  // Auto: the GPU when there is one, else the emulator
-  int context = 0;  // KV cache tokens per session; 0: min(4096, the model's max); at most limits::kMaxPositions
+  // KV cache tokens per session; 0: min(4096, the model's max_position_embeddings); at most
+  // limits::kMaxPositions. More than the model's trained length is allowed with a notice (runtime/context_size.h).
+  int context = 0;
   int gpu_device = 0;
   // The emulator's virtual workgroups: the arithmetic does not depend on it; fewer is faster on a CPU.
   int emulator_workgroups = 16;
@@ -146,6 +148,8 @@ class Engine {
   // The model's vocabulary size: the token ids a prompt may hold are [0, vocab_size()). It can be smaller
   // than the tokenizer's (ids the model has no embedding row for).
   int vocab_size() const;
+  // Each session's KV cache in tokens (EngineOptions::context, or the default it resolved to).
+  int context_size() const;
 
   // Thread-safe. A session may outlive the Engine object (it shares the model with it).
   std::unique_ptr<Session> create_session(const SessionOptions& options = {});

@@ -177,7 +177,7 @@ struct HttpServer::Impl {
     if (r.top_k) s.top_k = *r.top_k;
     if (r.seed) {
       s.seed = *r.seed;
-    } else if (!config.fixed_seed) {
+    } else if (r.random_seed || !config.fixed_seed) {
       std::lock_guard lock(seed_mutex);
       s.seed = seeds();
     }

@@ -1,6 +1,6 @@
 // mk-server: an OpenAI-compatible HTTP server over the engine, so that any OpenAI client (the official
 // libraries, LangChain, editors, curl) can use the monokernel. docs/server.md.
-//   mk-server -m MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-c 4096] [--temp 0.8] ...
+//   mk-server -m MODEL_DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-c 0] [--temp 0.8] ...
 // Logs go to stderr: the address, model, backend and context at start, then one line per generation and
 // per refused request. SIGINT / SIGTERM stop it: waiting and running requests are ended, then it exits 0.
 #include <CLI/CLI.hpp>
@@ -11,12 +11,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 
 #include "host/engine/engine.h"
 #include "host/tools/cli_checks.h"
+#include "host/tools/tool_main.h"
 #include "host/server/http_server.h"
 
 namespace {
@@ -34,7 +36,7 @@ std::string read_key_file(const std::string& path) {
 int run(int argc, char** argv) {
   CLI::App app{"mk-server: an OpenAI-compatible HTTP server on the monokernel (CPU emulator when there is no GPU)"};
   std::string model_dir, key_file;
-  int context = 4096;
+  int context = 0;
   bool force_emulator = false, quiet = false;
   mk::server::ServerConfig config;
   mk::TurnParams& d = config.defaults;
@@ -52,9 +54,7 @@ int run(int argc, char** argv) {
   app.add_option("--api-key", config.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
   app.add_option("--api-key-file", key_file, "read the API key from the first line of this file (keeps it out of ps)");
   app.add_option("--model-id", config.model_id, "the model's name in /v1/models and responses (default: the directory's name)");
-  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens, shared by all requests in turn")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 24));
+  mk::cli::add_context_option(app, context, "; one cache, used by the requests in turn");
   app.add_option("-n,--n-predict", d.max_tokens, "tokens per reply when a request sets no max_tokens (-1: until the end of the turn)")
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 30));
@@ -62,7 +62,8 @@ int run(int argc, char** argv) {
   app.add_option("--top-k", d.sampling.top_k, "default top-k (0: off)")->capture_default_str()->check(CLI::Range(0, 1 << 30));
   app.add_option("--top-p", d.sampling.top_p, "default top-p (1: off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   app.add_option("--min-p", d.sampling.min_p, "default min-p (0: off)")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  auto* seed = app.add_option("--seed", d.sampling.seed, "seed for requests that give none (default: a random one per request)");
+  std::optional<uint64_t> seed;
+  mk::cli::add_seed_option(app, seed, "seed for requests that give none (default: a random one per request)");
   app.add_option("--queue", config.queue_capacity, "requests that may wait while one generates; one more gets 429")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
@@ -73,14 +74,15 @@ int run(int argc, char** argv) {
   mk::cli::add_quantize_options(app, load);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   app.add_flag("-q,--quiet", quiet, "no line per request on stderr");
-  CLI11_PARSE(app, argc, argv);
-  if (d.max_tokens == 0) mk::fail("-n must be positive, or -1 for no limit");
-  if (!(d.sampling.top_p > 0.f)) mk::fail("--top-p must be in (0, 1] (got {})", d.sampling.top_p);
+  if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
+  if (d.max_tokens == 0) mk::cli::usage_error("-n must be positive, or -1 for no limit");
+  if (!(d.sampling.top_p > 0.f)) mk::cli::usage_error("--top-p must be in (0, 1] (got {})", d.sampling.top_p);
   if (!key_file.empty()) {
-    if (!config.api_key.empty()) mk::fail("give either --api-key or --api-key-file, not both");
+    if (!config.api_key.empty()) mk::cli::usage_error("give either --api-key or --api-key-file, not both");
     config.api_key = read_key_file(key_file);
   }
-  config.fixed_seed = seed->count() > 0;
+  config.fixed_seed = seed.has_value();
+  if (seed) d.sampling.seed = *seed;
   config.log_requests = !quiet;
   if (config.model_id.empty()) config.model_id = std::filesystem::path(model_dir).lexically_normal().filename().string();
   if (config.model_id.empty()) config.model_id = std::filesystem::absolute(model_dir).parent_path().filename().string();
@@ -109,8 +111,8 @@ int run(int argc, char** argv) {
   fmt::print(stderr, "mk-server: model {} (id \"{}\"), {} chat template\n", model_dir, config.model_id,
              engine->has_chat_template() ? std::string(engine->chat_template().format_name()) : "no");
   fmt::print(stderr, "mk-server: backend {}{}\n", engine->backend_name(),
-             engine->on_gpu() ? "" : " (computes on the CPU: fine for tiny test models, very slow for real ones)");
-  fmt::print(stderr, "mk-server: context {} tokens, queue {}, body limit {} bytes, {}\n", context, config.queue_capacity,
+             engine->on_gpu() ? "" : ": on the CPU, slow for real models");
+  fmt::print(stderr, "mk-server: context {} tokens, queue {}, body limit {} bytes, {}\n", engine->context_size(), config.queue_capacity,
              config.max_body_bytes, config.api_key.empty() ? "no API key" : "API key required");
   fmt::print(stderr, "mk-server: listening on http://{}:{}\n",
              config.host.find(':') != std::string::npos ? "[" + config.host + "]" : config.host, port);
@@ -128,11 +130,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const mk::Error& e) {
-    fmt::print(stderr, "mk-server: error: {}\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return mk::cli::run_tool("mk-server", run, argc, argv); }

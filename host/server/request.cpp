@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "host/server/api_error.h"
 
@@ -51,16 +52,47 @@ std::optional<double> get_number(const json& body, const char* name) {
   return v->get<double>();
 }
 
+// JSON parsers read a whole number beyond 64 bits as a double ("seed": 1234567890123456789012): it is an
+// integer that is too large, not "a number with a fraction".
+bool is_huge_whole_number(const json& v) {
+  if (!v.is_number_float()) return false;
+  const double x = v.get<double>();
+  return std::isfinite(x) && std::trunc(x) == x && std::fabs(x) >= 9.2e18;
+}
+
+[[noreturn]] void too_large(const char* name, const json& v, std::string_view limit) {
+  throw invalid_request(fmt::format("'{}' is too large: at most {} (got {})", name, limit, v.dump()), name);
+}
+
 std::optional<int64_t> get_integer(const json& body, const char* name) {
   const json* v = field(body, name);
   if (!v) return std::nullopt;
   if (v->is_number_unsigned()) {
     if (v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-      throw invalid_request(fmt::format("'{}' is too large (got {})", name, v->get<uint64_t>()), name);
+      too_large(name, *v, std::to_string(std::numeric_limits<int64_t>::max()));
     return int64_t(v->get<uint64_t>());
   }
+  if (is_huge_whole_number(*v)) too_large(name, *v, std::to_string(std::numeric_limits<int64_t>::max()));
   if (!v->is_number_integer()) wrong_type(name, "an integer", *v);
   return v->get<int64_t>();
+}
+
+// "seed": 0 to 2^64-1, or -1 for a random seed (llama.cpp's server convention).
+void parse_seed(const json& body, CompletionRequest& out) {
+  const json* s = field(body, "seed");
+  if (!s) return;
+  constexpr const char* kExpected = "-1 (a random seed) or an integer from 0 to 18446744073709551615";
+  if (s->is_number_unsigned()) {
+    out.seed = s->get<uint64_t>();
+  } else if (s->is_number_integer()) {
+    if (s->get<int64_t>() != -1)
+      throw invalid_request(fmt::format("'seed' must be {} (got {})", kExpected, s->get<int64_t>()), "seed");
+    out.random_seed = true;
+  } else if (is_huge_whole_number(*s)) {
+    too_large("seed", *s, "18446744073709551615");
+  } else {
+    wrong_type("seed", kExpected, *s);
+  }
 }
 
 float in_range(const char* name, double value, double lo, double hi, bool lo_open, const char* range) {
@@ -240,8 +272,10 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
   // max_completion_tokens replaced max_tokens in OpenAI's chat API; either is accepted.
   const char* max_name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (const auto m = get_integer(body, max_name)) {
-    if (*m < 1 || *m > std::numeric_limits<int>::max())
-      throw invalid_request(fmt::format("'{}' must be a positive integer (got {})", max_name, *m), max_name);
+    if (*m < 1) throw invalid_request(fmt::format("'{}' must be a positive integer (got {})", max_name, *m), max_name);
+    if (*m > std::numeric_limits<int>::max())
+      throw invalid_request(fmt::format("'{}' is too large: at most {} (got {})", max_name, std::numeric_limits<int>::max(), *m),
+                            max_name);
     out.max_tokens = int(*m);
   }
   if (const auto t = get_number(body, "temperature"))
@@ -253,11 +287,7 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
       throw invalid_request(fmt::format("'top_k' must be a non-negative integer, 0 for no limit (got {})", *k), "top_k");
     out.top_k = int(*k);
   }
-  if (const json* s = field(body, "seed")) {
-    if (s->is_number_unsigned()) out.seed = s->get<uint64_t>();
-    else if (s->is_number_integer()) out.seed = uint64_t(s->get<int64_t>());  // negative seeds wrap: still a fixed seed
-    else wrong_type("seed", "an integer", *s);
-  }
+  parse_seed(body, out);
   parse_stop(body, limits, out);
   return out;
 }

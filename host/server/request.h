@@ -34,7 +34,8 @@ struct CompletionRequest {
   std::optional<int> max_tokens;            // max_completion_tokens, else max_tokens; unset: server default
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
-  std::optional<uint64_t> seed;
+  std::optional<uint64_t> seed;             // unset: the server's --seed, else a random one
+  bool random_seed = false;                 // "seed": -1 asks for a random seed whatever --seed says
   std::vector<std::string> stop;
 };
 

@@ -1,4 +1,5 @@
-// Bounds for command-line numbers, with messages a person can read. CLI11's own Range prints its limits
+// The tools' shared command-line pieces: exit statuses, parsing, the context and seed options, and bounds
+// for numbers with messages a person can read. CLI11's own Range prints its limits
 // with std::to_string, so a floating-point bound comes out as 300 digits ("not in range 0.000000 to
 // 17976931348623157..."), and a number too large for the option's type only says "Could not convert".
 #pragma once
@@ -7,13 +8,47 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdint>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <system_error>
 
+#include "runtime/limits.h"
 #include "runtime/model.h"
+#include "runtime/sampling.h"
 
 namespace mk::cli {
+
+// Exit statuses of every tool (docs/limits.md): 0 success, 1 an error, 2 a bad command-line argument,
+// 3 a hung GPU kernel; mk-chat -p exits 130 when Ctrl-C stopped the reply.
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitHung = 3;
+
+// A command-line value that parses but cannot be used (an empty prompt, two options that exclude each
+// other): reported like CLI11's own errors, with kExitUsage.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Args>
+[[noreturn]] void usage_error(fmt::format_string<Args...> format, Args&&... args) {
+  throw UsageError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// CLI11's parse: nullopt to go on, or the exit status (0 after --help, kExitUsage for a bad argument,
+// whose message CLI11 has printed). CLI11's own statuses (104-106, ...) are folded into one.
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+}
 
 // A whole number in [min, max]. Runs before CLI11 converts the text, so an overflowing value gets this
 // message too: "--ctx-size: 99999999999 is out of range: expected a whole number from 1 to 2147483647".
@@ -32,6 +67,45 @@ inline CLI::Validator int_range(long long min, long long max) {
       fmt::format("INT in [{} - {}]", min, max));
 }
 
+// runtime/sampling.h's rule for --temp, --top-k, --top-p and --min-p, as a command-line error.
+inline void check_sampling_flags(const SamplingParams& sampling) {
+  if (const std::string e = sampling_error(sampling, kSamplingFlags); !e.empty()) usage_error("{}", e);
+}
+
+// -c/--ctx-size: 0 (the default) is runtime/context_size.h's rule, the model's trained length capped at 4096.
+inline CLI::Option* add_context_option(CLI::App& app, int& context, const std::string& more = "") {
+  context = 0;
+  return app
+      .add_option("-c,--ctx-size", context,
+                  "context (KV cache) size in tokens; 0: the model's trained length, at most 4096" + more)
+      ->capture_default_str()
+      ->check(int_range(0, limits::kMaxPositions));
+}
+
+// --seed: -1 for a random seed (llama.cpp's convention; `seed` becomes nullopt), else 0 to 2^64-1.
+inline CLI::Option* add_seed_option(CLI::App& app, std::optional<uint64_t>& seed, const std::string& help) {
+  const CLI::Validator check(
+      [](std::string& input) -> std::string {
+        if (input == "-1") return {};
+        uint64_t value = 0;
+        const char* end = input.data() + input.size();
+        const auto [stop, ec] = std::from_chars(input.data(), end, value);
+        if (ec == std::errc() && stop == end && !input.empty()) return {};
+        return fmt::format("{} is not a seed: expected -1 (a random seed) or a whole number from 0 to {}", input,
+                           std::numeric_limits<uint64_t>::max());
+      },
+      "");
+  return app
+      .add_option_function<std::string>(
+          "--seed",
+          [&seed](const std::string& text) {
+            seed = text == "-1" ? std::nullopt : std::optional<uint64_t>(std::stoull(text));
+          },
+          help + " (-1: random)")
+      ->check(check)
+      ->option_text("SEED");
+}
+
 // --quantize none|fp8|int4 and --quantize-head yes|no: load-time quantization of a bf16/fp16 checkpoint
 // (quantized checkpoints load as stored), into `load`, with progress on stderr.
 inline void add_quantize_options(CLI::App& app, LoadOptions& load) {
@@ -39,13 +113,14 @@ inline void add_quantize_options(CLI::App& app, LoadOptions& load) {
   static const std::map<std::string, bool> kYesNo{{"yes", true}, {"no", false}};
   app.add_option("--quantize", load.quantize,
                  "quantize the weight matrices at load time: none, fp8 (E4M3, one scale per 128 columns of a row) or int4 "
-                 "(4-bit, one scale and zero point per 128 columns of a row)")
+                 "(4-bit, one scale and zero point per 128 columns of a row); default: none")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
-      ->default_str("none");
+      ->option_text("none|fp8|int4");
   app.add_option("--quantize-head", load.quantize_head,
-                 "with --quantize: quantize the embedding and the LM head too (yes), or keep them in 16 bits (no)")
+                 fmt::format("with --quantize: quantize the embedding and the LM head too (yes), or keep them in 16 "
+                             "bits (no); default: {}", load.quantize_head ? "yes" : "no"))
       ->transform(CLI::CheckedTransformer(kYesNo, CLI::ignore_case))
-      ->default_str(load.quantize_head ? "yes" : "no");
+      ->option_text("yes|no");
   load.on_quantize_progress = [&load](int done, int total) {
     fmt::print(stderr, "\rquantizing the weight matrices to {}: {}/{}{}", load.quantize == Quantize::Int4 ? "int4" : "fp8", done,
                total, done == total ? "\n" : "");

@@ -142,7 +142,7 @@ class LineEditor {
     int count = 0;
     // The terminal goes raw before the prompt shows: this libedit prints the prompt first, and a Ctrl-D
     // typed in that window was taken by the terminal's cooked mode as end-of-file, reached libedit as a NUL
-    // byte (bound to quoted-insert) and swallowed the next key (strace; docs/log.md, eighth session).
+    // byte (bound to quoted-insert) and swallowed the next key (strace; docs/log.md, 2026-11-24).
     el_set(editor_, EL_PREP_TERM, 1);
     const char* text = el_gets(editor_, &count);  // prints the prompt; returns with the terminal restored
     if (interrupted_) {
@@ -232,7 +232,8 @@ void print_progress(uint64_t done, uint64_t total, double seconds) {
   std::fflush(stderr);
 }
 
-void print_reply_stats(const mk::TurnResult& r, const mk::Session& session) {
+// `one_shot`: -p, where there is no /reset to suggest.
+void print_reply_stats(const mk::TurnResult& r, const mk::Session& session, bool one_shot) {
   const mk::SessionStats s = session.stats();
   const auto& g = r.stats;
   const std::string speed = fmt::format("{} tokens, {:.1f} tok/s, first token {:.1f} ms, context {}/{}",
@@ -241,8 +242,8 @@ void print_reply_stats(const mk::TurnResult& r, const mk::Session& session) {
   switch (r.stop) {
     case mk::StopReason::Cancelled: fmt::print(stderr, "[stopped: {}]\n", speed); break;
     case mk::StopReason::ContextFull:
-      fmt::print(stderr, "[{}]\n[the context is full ({} tokens): /reset to start a new conversation, or restart with a "
-                         "larger -c]\n", speed, s.context_size);
+      fmt::print(stderr, "[{}]\n[the context is full ({} tokens): {}]\n", speed, s.context_size,
+                 one_shot ? "use a larger -c for a longer reply" : "/reset to start a new conversation, or restart with a larger -c");
       break;
     default: fmt::print(stderr, "[{}]\n", speed); break;
   }
@@ -294,9 +295,13 @@ std::optional<mk::TurnResult> reply(mk::Session& session, const std::string& tex
   return result;
 }
 
+constexpr const char* kCommandsHelp =
+    "commands: /reset (a new conversation), /stats, /help, /quit\n"
+    "Ctrl-C stops a reply; twice at the prompt quits\n";
+
 int interactive(mk::Engine& engine, mk::Session& session, const mk::TurnParams& params) {
   const bool tty = isatty(STDIN_FILENO);
-  fmt::print(stderr, "commands: /reset (new conversation), /stats, /quit; Ctrl-C stops a reply, twice at the prompt quits\n");
+  fmt::print(stderr, "{}", kCommandsHelp);
   LineReader reader;
   bool interrupted_at_prompt = false;
   std::sig_atomic_t seen = g_interrupts;
@@ -333,11 +338,15 @@ int interactive(mk::Engine& engine, mk::Session& session, const mk::TurnParams& 
       print_session_stats(session, engine);
       continue;
     }
-    if (line.front() == '/' && line.find(' ') == std::string::npos) {
-      fmt::print(stderr, "unknown command {} (commands: /reset, /stats, /quit)\n", line);
+    if (line == "/help" || line == "/?") {
+      fmt::print(stderr, "{}", kCommandsHelp);
       continue;
     }
-    if (const auto r = reply(session, line, params, /*one_shot=*/false)) print_reply_stats(*r, session);
+    if (line.front() == '/' && line.find(' ') == std::string::npos) {
+      fmt::print(stderr, "unknown command {} (commands: /reset, /stats, /help, /quit)\n", line);
+      continue;
+    }
+    if (const auto r = reply(session, line, params, /*one_shot=*/false)) print_reply_stats(*r, session, false);
     seen = g_interrupts;  // a Ctrl-C during the reply was for the reply
   }
 }
@@ -345,7 +354,7 @@ int interactive(mk::Engine& engine, mk::Session& session, const mk::TurnParams& 
 int run(int argc, char** argv) {
   CLI::App app{"mk-chat: chat with a model on the monokernel (CPU emulator when there is no GPU)"};
   std::string model_dir, system_prompt, prompt;
-  int context = 4096;
+  int context = 0;
   bool force_emulator = false;
   mk::TurnParams params;
   // llama.cpp's defaults, so the same flags mean the same thing.
@@ -362,19 +371,23 @@ int run(int argc, char** argv) {
   constexpr long long kMaxInt = std::numeric_limits<int>::max();
   app.add_option("-n,--n-predict", params.max_tokens, "tokens per reply at most (-1: until the end of the turn)")
       ->capture_default_str()->check(mk::cli::int_range(-1, kMaxInt));
-  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(mk::cli::int_range(1, kMaxInt));
+  mk::cli::add_context_option(app, context);
   mk::LoadOptions load;
   mk::cli::add_quantize_options(app, load);
   app.add_option("--temp", params.sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", params.sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", params.sampling.top_p, "top-p (1: off)")->capture_default_str();
   app.add_option("--min-p", params.sampling.min_p, "min-p (0: off)")->capture_default_str();
-  auto* seed = app.add_option("--seed", params.sampling.seed, "sampling seed (default: random)");
+  std::optional<uint64_t> seed;
+  mk::cli::add_seed_option(app, seed, "sampling seed (default: random)");
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
-  CLI11_PARSE(app, argc, argv);
-  if (params.max_tokens == 0) mk::fail("-n 0: must be positive, or -1 for no limit");
-  mk::validate_sampling(params.sampling, mk::kSamplingFlags);
-  if (seed->count() == 0) params.sampling.seed = std::random_device{}();
+  if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
+  if (params.max_tokens == 0) mk::cli::usage_error("-n 0: must be positive, or -1 for no limit");
+  mk::cli::check_sampling_flags(params.sampling);
+  params.sampling.seed = seed ? *seed : std::random_device{}();
+  const bool one_shot = app.count("-p") > 0;
+  if (one_shot && prompt.find_first_not_of(" \t\r\n") == std::string::npos)
+    mk::cli::usage_error("-p: the prompt is empty (give the text to answer)");
 
   if (model_dir.empty()) {
     const auto found = mk::tools::find_default_model(MK_SOURCE_DIR, MK_SHIPPED_MODEL_FROM_BINDIR);
@@ -382,8 +395,8 @@ int run(int argc, char** argv) {
     if (found.from_environment)
       fmt::print(stderr, "model: {} (from ${}; -m opens another)\n", model_dir, mk::tools::kShippedModelEnv);
     else
-      fmt::print(stderr, "model: {} (the model shipped with monokernel: a small Llama that writes Python, trained "
-                         "on Python's standard library; -m opens another)\n", model_dir);
+      fmt::print(stderr, "model: {} (shipped with monokernel: a small Llama that writes Python; -m opens another)\n",
+                 model_dir);
   }
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
@@ -395,17 +408,16 @@ int run(int argc, char** argv) {
   if (engine->on_gpu())
     fmt::print(stderr, "backend: {}\n", engine->backend_name());
   else
-    fmt::print(stderr, "backend: {} (computes on the CPU: fine for tiny test models, very slow for real ones)\n",
-               engine->backend_name());
+    fmt::print(stderr, "backend: {}: on the CPU, slow for real models\n", engine->backend_name());
   if (!engine->has_chat_template()) engine->chat_template();  // throws: says why there is none
 
   auto session = engine->create_session(mk::SessionOptions{system_prompt, {}});
   install_sigint_handler();
-  if (app.count("-p") == 0) return interactive(*engine, *session, params);
+  if (!one_shot) return interactive(*engine, *session, params);
 
   const auto r = reply(*session, prompt, params, /*one_shot=*/true);
-  if (!r) return 1;
-  print_reply_stats(*r, *session);
+  if (!r) return mk::cli::kExitError;
+  print_reply_stats(*r, *session, true);
   return r->stop == mk::StopReason::Cancelled ? 130 : 0;
 }
 

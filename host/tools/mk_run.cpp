@@ -1,6 +1,11 @@
-// mk-run: the main job. Loads a model (a Hugging Face directory, a --preset shape with random weights on
-// the GPU, or by default a small built-in synthetic model), generates, streams the tokens and prints the
-// speed. Runs on the GPU monokernel when there is one, on the CPU emulator otherwise.
+// mk-run: raw generation, as llama.cpp's llama-cli does it. Loads a model (a Hugging Face directory, a
+// --preset shape with random weights on the GPU, or by default a small built-in synthetic model),
+// continues a prompt without any chat template and prints the speed. Runs on the GPU monokernel when there
+// is one, on the CPU emulator otherwise.
+//   text:  -p TEXT (encoded as Hugging Face's tokenizer(TEXT) does: the BOS added); the continuation is
+//          printed as text on stdout and the summary line goes to stderr, so stdout is exactly the text.
+//   ids:   -t 1,2,3 takes the prompt as token ids; --ids prints "tokens: ..." and the summary on stdout.
+//          A model without a tokenizer.json (a --preset, the built-in model) works in ids only.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,14 +17,18 @@
 #include <filesystem>
 #include <limits>
 #include <new>
+#include <optional>
+#include <random>
 
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
 #include "host/tools/cli_checks.h"
 #include "host/tools/tool_main.h"
+#include "runtime/context_size.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/synthetic_model.h"
+#include "runtime/tokenizer.h"
 
 namespace {
 
@@ -51,7 +60,8 @@ std::vector<TokenArg> parse_tokens(const std::string& text) {
     const auto [stop, ec] = std::from_chars(t.text.data(), last, t.value);
     t.overflow = ec == std::errc::result_out_of_range;
     if (t.text.empty() || stop != last || (ec != std::errc() && !t.overflow))
-      mk::fail("--tokens {}: '{}' is not a token id (expected whole numbers separated by commas, e.g. 1,2,3)", text, t.text);
+      mk::cli::usage_error("--tokens {}: '{}' is not a token id (expected whole numbers separated by commas, e.g. 1,2,3)",
+                           text, t.text);
     out.push_back(std::move(t));
     at = end + 1;
   }
@@ -62,39 +72,57 @@ std::vector<int32_t> check_tokens(const std::vector<TokenArg>& ids, int vocab) {
   std::vector<int32_t> out;
   for (const TokenArg& t : ids) {
     if (t.overflow || t.value < 0 || t.value >= vocab)
-      mk::fail("--tokens: token id {} is out of range: this model's ids are 0 to {} (a vocabulary of {})", t.text,
-               vocab - 1, vocab);
+      mk::cli::usage_error("--tokens: token id {} is out of range: this model's ids are 0 to {} (a vocabulary of {})",
+                           t.text, vocab - 1, vocab);
     out.push_back(int32_t(t.value));
   }
   return out;
 }
 
+// The tokenizer of a model directory, or nullopt when it has none (a --preset, the built-in model, a
+// directory without tokenizer.json). A tokenizer.json that is there but broken is an error.
+std::optional<mk::Tokenizer> load_tokenizer(const std::string& model_dir) {
+  if (model_dir.empty() || !std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return std::nullopt;
+  return mk::Tokenizer::load(model_dir);
+}
+
 int run(int argc, char** argv) {
-  CLI::App app{"monokernel: generate with one persistent GPU kernel (CPU emulator when there is no GPU)"};
-  std::string model_dir, preset, tokens_text = "1,2,3,4";
-  int n = 64, context = 2048, workgroups = 132;
-  bool force_emulator = false, quiet = false;
+  CLI::App app{"mk-run: continue a prompt with one persistent GPU kernel (CPU emulator when there is no GPU)"};
+  std::string model_dir, preset, prompt, tokens_text;
+  int n = 64, context = 0, workgroups = 132;
+  bool force_emulator = false, quiet = false, print_ids = false;
   mk::SamplingParams sampling;
-  app.add_option("-m,--model", model_dir, "Hugging Face model directory (config.json + *.safetensors)");
+  std::optional<uint64_t> seed = 0;
+  app.add_option("-m,--model", model_dir, "Hugging Face model directory (config.json + *.safetensors; tokenizer.json for text)");
   app.add_option("--preset", preset, "a real model's shape with random weights, on the GPU: " +
                                          fmt::format("{}", fmt::join(mk::preset_names(), ", ")));
-  app.add_option("-t,--tokens", tokens_text, "prompt token ids, comma-separated")->capture_default_str();
+  auto* prompt_option =
+      app.add_option("-p,--prompt", prompt, "prompt text, continued as is (no chat template; the BOS is added as "
+                                            "Hugging Face's tokenizer adds it)");
+  app.add_option("-t,--tokens", tokens_text, "prompt token ids, comma-separated (default without -p: 1,2,3,4)")
+      ->excludes(prompt_option);
+  app.add_flag("--ids", print_ids, "print the generated token ids instead of their text");
   app.add_option("-n,--n-predict", n, "tokens to generate")->capture_default_str()->check(mk::cli::int_range(0, kMaxInt));
-  app.add_option("-c,--ctx-size", context, "context (KV cache) size in tokens")->capture_default_str()->check(mk::cli::int_range(1, kMaxInt));
+  mk::cli::add_context_option(app, context);
   app.add_option("--temp", sampling.temperature, "temperature (0: greedy)")->capture_default_str();
   app.add_option("--top-k", sampling.top_k, "top-k (0: off)")->capture_default_str();
   app.add_option("--top-p", sampling.top_p, "top-p")->capture_default_str();
   app.add_option("--min-p", sampling.min_p, "min-p")->capture_default_str();
-  app.add_option("--seed", sampling.seed, "sampling seed")->capture_default_str();
+  mk::cli::add_seed_option(app, seed, "sampling seed (default: 0)");
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   mk::LoadOptions load;
   mk::cli::add_quantize_options(app, load);
   app.add_option("--workgroups", workgroups, "emulator: virtual workgroups")->capture_default_str()->check(mk::cli::int_range(1, 4096));
   app.add_flag("-q,--quiet", quiet, "print only the summary line");
-  CLI11_PARSE(app, argc, argv);
-  if (!model_dir.empty() && !preset.empty()) mk::fail("give either -m or --preset, not both");
-  mk::validate_sampling(sampling, mk::kSamplingFlags);
-  const std::vector<TokenArg> token_ids = parse_tokens(tokens_text);
+  if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
+  if (!model_dir.empty() && !preset.empty()) mk::cli::usage_error("give either -m or --preset, not both");
+  mk::cli::check_sampling_flags(sampling);
+  const bool text_prompt = prompt_option->count() > 0;
+  if (text_prompt && prompt.empty()) mk::cli::usage_error("-p: the prompt is empty (give the text to continue)");
+  if (text_prompt && model_dir.empty())
+    mk::cli::usage_error("-p needs a model with a tokenizer: give -m MODEL_DIR (a --preset or the built-in model takes -t IDS)");
+  const std::vector<TokenArg> token_ids = parse_tokens(tokens_text.empty() ? "1,2,3,4" : tokens_text);
+  sampling.seed = seed ? *seed : std::random_device{}();
 
   std::string why_no_gpu;
   const bool use_gpu = !force_emulator && mk::gpu_available(&why_no_gpu);
@@ -126,12 +154,31 @@ int run(int argc, char** argv) {
                spec.layers, spec.hidden, spec.vocab);
   }
 
-  const std::vector<int32_t> input = check_tokens(token_ids, model->config.vocab_size);
+  const std::optional<mk::Tokenizer> tokenizer = load_tokenizer(model_dir);
+  if (text_prompt && !tokenizer)
+    mk::fail("-p: {} has no tokenizer.json to encode the prompt with (give the prompt as ids: -t 1,2,3)",
+             (std::filesystem::path(model_dir) / "tokenizer.json").string());
+  // Text out where there is a tokenizer, unless --ids asks for the ids.
+  const bool print_text = tokenizer && !print_ids;
+  std::vector<int32_t> input;
+  if (text_prompt) {
+    // As Hugging Face's tokenizer(prompt) does: special tokens in the text are parsed, the BOS is added.
+    input = tokenizer->encode(prompt, /*parse_special=*/true, /*add_special_tokens=*/true);
+    for (size_t i = 0; i < input.size(); ++i)
+      if (input[i] >= model->config.vocab_size)
+        mk::fail("-p: the prompt's token {} (at index {}) is outside the model's vocabulary of {} tokens", input[i], i,
+                 model->config.vocab_size);
+  } else {
+    input = check_tokens(token_ids, model->config.vocab_size);
+  }
+
+  const mk::ContextChoice chosen = mk::choose_context(context, model->config.max_position);
+  if (!chosen.warning.empty()) fmt::print(stderr, "warning: {}\n", chosen.warning);
 
   std::unique_ptr<mk::DecodeBackend> backend;
   if (use_gpu) {
     mk::GpuOptions opt;
-    opt.context = context;
+    opt.context = chosen.tokens;
     opt.random_weights_seed = preset.empty() ? 0 : 1234;
     opt.on_upload_progress = [&](uint64_t done, uint64_t total, double s) {
       if (!quiet)
@@ -144,11 +191,11 @@ int run(int argc, char** argv) {
     if (!force_emulator) fmt::print(stderr, "warning: no GPU ({}); running the CPU emulator\n", why_no_gpu);
     mk::EmulatorOptions opt;
     opt.num_workgroups = workgroups;
-    opt.context = context;
+    opt.context = chosen.tokens;
     opt.check_dependencies = false;
     backend = std::make_unique<mk::Emulator>(*model, opt);
   }
-  fmt::print(stderr, "backend: {}\n", backend->name());
+  fmt::print(stderr, "backend: {}, context {} tokens\n", backend->name(), chosen.tokens);
   g_backend = backend.get();
   std::signal(SIGINT, on_sigint);
 
@@ -156,27 +203,46 @@ int run(int argc, char** argv) {
   req.input = input;
   req.max_new_tokens = n;
   req.sampling = sampling;
-  // "tokens:" goes out with the first token, so that a generation that fails before it leaves no empty line.
-  bool printed = false;
+  // Text goes out as the tokens complete UTF-8 characters. In ids, "tokens:" goes out with the first token,
+  // so that a generation that fails before it leaves no empty line.
+  std::optional<mk::StreamingDecoder> decoder;
+  if (print_text) decoder.emplace(*tokenizer);
+  bool printed = false, ends_with_newline = true;
+  const auto put_text = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    printed = true;
+    ends_with_newline = piece.back() == '\n';
+  };
   mk::GenerateResult result;
   try {
     result = backend->generate(req, [&](int32_t token) {
       if (quiet) return;
+      if (decoder) {
+        put_text(decoder->push(token));
+        return;
+      }
       fmt::print("{} {}", printed ? "" : "tokens:", token);
       printed = true;
       std::fflush(stdout);
     });
   } catch (...) {
-    if (printed) fmt::print("\n");
+    if (printed && (!decoder || !ends_with_newline)) fmt::print("\n");
     throw;
   }
-  if (printed) fmt::print("\n");
+  if (decoder) put_text(decoder->flush());
+  if (printed && (!decoder || !ends_with_newline)) fmt::print("\n");
+  std::fflush(stdout);
   const auto& s = result.stats;
-  fmt::print("{} prompt tokens, {} generated ({}), first token {:.2f} ms, {:.2f} ms/token, {:.1f} tok/s [{}]\n",
-             s.ingested_tokens, s.generated_tokens, mk::stop_reason_name(result.stop), s.first_token_seconds * 1e3,
-             s.decode_tokens_per_second() > 0 ? 1e3 / s.decode_tokens_per_second() : 0.0, s.decode_tokens_per_second(),
-             backend->name());
-  return 0;
+  // The backend is named on its own line above: this one stays short.
+  const std::string summary =
+      fmt::format("{} prompt tokens, {} generated ({}), first token {:.2f} ms, {:.2f} ms/token, {:.1f} tok/s",
+                  s.ingested_tokens, s.generated_tokens, mk::stop_reason_name(result.stop), s.first_token_seconds * 1e3,
+                  s.decode_tokens_per_second() > 0 ? 1e3 / s.decode_tokens_per_second() : 0.0,
+                  s.decode_tokens_per_second());
+  fmt::print(print_text ? stderr : stdout, "{}{}\n", summary, seed ? "" : fmt::format(" (seed {})", sampling.seed));
+  return result.stop == mk::StopReason::Cancelled ? 130 : 0;
 }
 
 }  // namespace

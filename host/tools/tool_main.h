@@ -1,7 +1,7 @@
-// The main() of the command-line tools (mk-run, mk-chat, mk-bench): runs the tool and turns what it
-// throws into one line on stderr, "NAME: error: ...", and an exit status: 1 for an error, 3 for a hung
-// kernel. A hung kernel that would not stop leaves the process at once: destructors and the GPU runtime's
-// teardown would wait for it forever.
+// The main() of the command-line tools (mk-run, mk-chat, mk-server, mk-bench): runs the tool and turns what
+// it throws into one line on stderr, "NAME: error: ...", and an exit status (host/tools/cli_checks.h): 1 for
+// an error, 2 for a bad command-line value, 3 for a hung kernel. A hung kernel that would not stop leaves
+// the process at once: destructors and the GPU runtime's teardown would wait for it forever.
 #pragma once
 
 #include <fmt/format.h>
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "host/tools/cli_checks.h"
 #include "runtime/decode_backend.h"
 #include "runtime/error.h"
 
@@ -21,15 +22,18 @@ int run_tool(const char* name, Run run, int argc, char** argv) {
     return run(argc, argv);
   } catch (const HangError& e) {
     fmt::print(stderr, "{}: error: {}\n", name, e.what());
-    if (e.stopped()) return 3;
+    if (e.stopped()) return kExitHung;
     std::fflush(stderr);
-    std::_Exit(3);
+    std::_Exit(kExitHung);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "{}: error: {}\n", name, e.what());
+    return kExitUsage;
   } catch (const Error& e) {
     fmt::print(stderr, "{}: error: {}\n", name, e.what());
-    return 1;
+    return kExitError;
   } catch (const std::bad_alloc&) {  // the checks before large allocations should make this unreachable
     fmt::print(stderr, "{}: error: out of memory\n", name);
-    return 1;
+    return kExitError;
   }
 }
 

@@ -156,7 +156,7 @@ export class Reference {
   // What the model generates for `promptIds`, from mk-run on the emulator (same workgroups and context as
   // the server, so the same arithmetic), cut at the end-of-turn token as the server does.
   reply(promptIds, { max_tokens, temperature = 0, top_k = 0, top_p = 1, min_p = 0, seed = 0 }) {
-    const out = execFileSync(this.mkRun, ["-m", this.modelDir, "--emulator", "--workgroups", "16", "-c", String(this.context),
+    const out = execFileSync(this.mkRun, ["-m", this.modelDir, "--ids", "--emulator", "--workgroups", "16", "-c", String(this.context),
       "-t", promptIds.join(","), "-n", String(max_tokens), "--temp", String(temperature), "--top-k", String(top_k),
       "--top-p", String(top_p), "--min-p", String(min_p), "--seed", String(seed)], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
     const line = out.split("\n").find((l) => l.startsWith("tokens:"));

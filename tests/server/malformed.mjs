@@ -88,6 +88,25 @@ refused("temperature of the wrong type -> 400", [chatUrl, ...auth, ...json, "-d"
   { status: 400, param: "temperature", message: /'temperature' must be a number \(got a string\)/ });
 refused("max_tokens out of range -> 400", [completionUrl, ...auth, ...json, "-d", '{"prompt": "x", "max_tokens": -5}'],
   { status: 400, param: "max_tokens", message: /'max_tokens' must be a positive integer/ });
+refused("max_tokens past 2^31-1 -> 400 naming the limit", [completionUrl, ...auth, ...json, "-d", '{"prompt": "x", "max_tokens": 1099511627776}'],
+  { status: 400, param: "max_tokens", message: /^'max_tokens' is too large: at most 2147483647 \(got 1099511627776\)$/ });
+refused("a 22-digit seed -> 400 too large, not 'a fraction'",
+  [completionUrl, ...auth, ...json, "-d", '{"prompt": "x", "seed": 1234567890123456789012}'],
+  { status: 400, param: "seed", message: /^'seed' is too large: at most 18446744073709551615 \(got 1\.2345678901234568e\+21\)$/ });
+refused("a negative seed other than -1 -> 400", [completionUrl, ...auth, ...json, "-d", '{"prompt": "x", "seed": -2}'],
+  { status: 400, param: "seed", message: /'seed' must be -1 \(a random seed\) or an integer from 0 to 18446744073709551615 \(got -2\)/ });
+test('"seed": -1 draws a random seed; a given seed repeats its text', () => {
+  const texts = (seed) => [0, 1, 2].map(() => {
+    const body = JSON.stringify({ prompt: "x", seed, temperature: 1, max_tokens: 16 });
+    const r = curl([completionUrl, ...auth, ...json, "-d", body]);
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    return r.body.choices[0].text;
+  });
+  const fixed = texts(7);
+  assert.ok(fixed.every((t) => t === fixed[0]), `seed 7 gave different texts: ${JSON.stringify(fixed)}`);
+  const random = texts(-1);
+  assert.ok(random.some((t) => t !== random[0]), `three requests with seed -1 gave the same text: ${JSON.stringify(random)}`);
+});
 refused("stream of the wrong type -> 400", [completionUrl, ...auth, ...json, "-d", '{"prompt": "x", "stream": 1}'],
   { status: 400, param: "stream", message: /'stream' must be a boolean/ });
 refused("n = 2 -> 400", [chatUrl, ...auth, ...json, "-d", '{"messages": [{"role": "user", "content": "x"}], "n": 2}'],
