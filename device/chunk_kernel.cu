@@ -39,7 +39,7 @@ __device__ void execute_chunk_op(const ChunkMachine<F>& m, const Instr& in) {
 // Their own persistent kernel, launched just before the token steps' kernel on the same stream (no
 // return to the host between): the kernel boundary is the prefill gate, ordering token step 0 after
 // every chunk step's cache write. In the token steps' kernels, the call alone took 4 of their registers
-// and made the long-context kernels spill (docs/log.md, sixteenth session). A wait that gives up (a
+// and made the long-context kernels spill (docs/log.md, 2026-11-26, prefill in chunk steps). A wait that gives up (a
 // hung launch aborted by the host) ends the kernel; the token steps' kernel then gives up too.
 template <MatrixFormat F, bool kProfile>
 __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const MK_GRID_CONSTANT KernelParams p) {

@@ -148,11 +148,11 @@ MK_HD_INLINE bool attention_warp_path_supported(const ModelDims& d) {
 inline constexpr bool kWarpMmaBuild = MK_WARP_MMA != 0;
 // Whether a launch whose sequence reaches `positions` runs attention's warp path (the long-context
 // kernels), in a build with (`tensor_cores`) or without the warp path's tensor-core form. Measured on an
-// H100 (docs/log.md): on tensor cores (tenth session), the warp path is faster once splits hold more
+// H100 (docs/log.md): on tensor cores (2026-11-24), the warp path is faster once splits hold more
 // than about 1.5 tiles of 128 positions (Llama-3.2-1B, whose launches at depth d reach d + 128: -2.5% at
 // depth 4096, 264 a split; +1% at 2048, 136 a split), and at every length for groups whose tile takes the
 // tile path's block more than one round of (head, position) threads (Qwen2.5-0.5B's 7 heads: -0.5% at 128
-// to -22% at 16384). On the FMA units (ninth session), only when splits hold more than 512 positions
+// to -22% at 16384). On the FMA units (2026-11-24), only when splits hold more than 512 positions
 // (Llama-3.2-1B from 8192; Llama-3.1-8B even at 8192).
 MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool tensor_cores) {
   if (!attention_warp_path_supported(d)) return false;

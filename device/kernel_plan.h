@@ -73,7 +73,7 @@ StreamPlan plan_weight_stream(const ModelDims& d, size_t activation_bytes, size_
 // stages' tails came from. A block within one fill of the ring adds no second round of streaming.
 // Counted as 16-bit because a block's work follows its weights' count, not their bytes: fp8 and int4
 // stages that fit in bytes but not so were slower narrowed. Measured on an H100
-// (docs/log.md, nineteenth session): Qwen2.5-0.5B 8-11% faster in every format, Llama-3.2-1B 0.4-2.7%
+// (docs/log.md, 2026-11-26, narrow stages): Qwen2.5-0.5B 8-11% faster in every format, Llama-3.2-1B 0.4-2.7%
 // (at depth 16384: 2.5%), Qwen3-1.7B 2%; the stages this leaves out (1B's qkv and down, Llama-3.1-8B's
 // o_proj, every gate_up) were slower narrowed or no faster. `schedule`: built without narrow stages; 0
 // ring bytes (no weight stream): none.

@@ -23,7 +23,7 @@ __shared__ unsigned long long profile_prologue_end;
 // path (device/ops/attention.h), for launches that reach long splits (attention_long_context). Each combination is its own
 // kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
 // 3.1-8B on an H200 than one kernel with run-time switches, both with the aligned shared memory
-// (docs/log.md, fifth session).
+// (docs/log.md, 2026-11-21, where one step goes).
 template <MatrixFormat Format, bool Stream, bool Profile, bool LongContext>
 struct Machine {
   static constexpr MatrixFormat kFormat = Format;

@@ -60,7 +60,7 @@ template <MatrixFormat kFormat, bool kStream, bool kProfile, bool kGrouped, bool
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // Aligned to 1 KiB: the weight stream's slots and the activation planes sit at fixed offsets in it, and
   // where the static variables above left it (544 bytes in) the kernel ran 1.2-1.6% slower on an H200
-  // (docs/log.md, fifth session: the alignment that shifted with unrelated changes explains most of the
+  // (docs/log.md, 2026-11-21, where one step goes: the alignment that shifted with unrelated changes explains most of the
   // "code layout" effect measured before it).
   extern __shared__ __align__(1024) float4 dynamic_smem[];
   __shared__ float red[2 * kWarps];

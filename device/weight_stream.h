@@ -86,7 +86,7 @@ __device__ inline bool gemv_shape(const KernelParams& p, const Instr& in, GemvSh
   s->cols = g.cols;
   s->row_bytes = matrix_row_bytes(g.format, g.cols);
   // The same rule as plan_op_streams' (device/kernel_plan.cpp); one shared helper measured 0.2-0.4%
-  // slower through the binary's layout (docs/log.md, eighteenth session).
+  // slower through the binary's layout (docs/log.md, 2026-11-26, the stream's shapes from a table).
   s->rows_per_chunk = p.stream_slots ? int(p.stream_slot_bytes) / (g.parts * s->row_bytes) : 1;
   s->begin = in.begin;
   s->end = in.end;

@@ -413,7 +413,7 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
 
   const uint32_t group_rows = uint32_t((c.group_size() + 2) * c.head_dim);
   // At most one QKV block per workgroup (W / groups, rounded down): rounding up gave a few workgroups two
-  // blocks, and every attention item of their groups waited for them (docs/log.md, third session).
+  // blocks, and every attention item of their groups waited for them (docs/log.md, 2026-11-21, v12-v14).
   const uint32_t blocks_per_group = std::max(1u, std::min(group_rows, uint32_t(blocks_of(Op::QKV) / groups)));
   uint32_t prev_counter = embed_done, prev_count = 1;
   for (int l = 0; l < c.num_layers; ++l) {

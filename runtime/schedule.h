@@ -113,7 +113,7 @@ struct ScheduleParams {
   // `claim_shrink_percent` percent fewer rows than an even share, so the workgroups still busy with the
   // stage before get less of it. A row's value does not depend on who computes it. The emulator runs
   // such schedules; the GPU kernel runs static rows (every form of claims measured on an H100 was as
-  // fast or slower: docs/log.md, twelfth session).
+  // fast or slower: docs/log.md, 2026-11-25, run-time claims).
   uint32_t claimed_ops = 0;
   int claim_late_ranks = 8;
   int claim_shrink_percent = 30;
@@ -273,8 +273,8 @@ Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params)
 // every o_proj workgroup would read at least 192 KiB of partials with all S splits active (Llama-3.2-3B:
 // 24 heads of 128 x 16 splits; Llama-3.1-8B: 32 x 128 x 16, 256 KiB). Smaller models combine in o_proj:
 // the last split's round trips on the critical path cost them more than the redundant reads (measured on
-// an H100: Llama-3.2-1B +0.8% at depth 1024, Qwen3-1.7B's 128 KiB even; docs/log.md, eleventh,
-// twenty-third and twenty-fourth sessions).
+// an H100: Llama-3.2-1B +0.8% at depth 1024, Qwen3-1.7B's 128 KiB even; docs/log.md,
+// 2026-11-25 and 2026-11-26/27: the combine once per kv group, its loads in registers).
 bool attention_combine_once_default(const ModelConfig& config, int splits);
 
 // The line of stripe `stripe` of counter c (flat counters: stripe is ignored): the flat counters first,
@@ -305,8 +305,8 @@ MK_HD_INLINE int attention_tile_positions(int head_dim) {
 inline constexpr int kPositionsPerSplit = 128;
 // A split's positions while fewer than S are active, as a power of two (its log2): kPositionsPerSplit,
 // halved until the split is one tile of the tile path (head_dim 128: 64), so that a wide head's split is
-// one tile, not two, and twice as many workgroups share a short sequence (docs/log.md, twenty-third
-// session). The kernel takes it from ModelDims::split_positions_log2, computed once on the host.
+// one tile, not two, and twice as many workgroups share a short sequence (docs/log.md, 2026-11-26:
+// a wide head's split is one tile). The kernel takes it from ModelDims::split_positions_log2, computed once on the host.
 MK_HD_INLINE int attention_split_positions_log2(int head_dim) {
   int log2 = 0;
   while ((2 << log2) <= kPositionsPerSplit) ++log2;  // kPositionsPerSplit, a power of two

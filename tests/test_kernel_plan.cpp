@@ -227,7 +227,7 @@ TEST(KernelPlan, AttentionWarpPathTakesTensorCoresForHeadsOf32Or64) {
     const Planned p = plan_for(preset);
     EXPECT_EQ(dev::attention_warp_mma(p.dims), mma) << preset;
     // Its bf16 q rows lie over the FMA form's softmax state, which they fit, so they cost the activation
-    // area nothing: a larger area takes shared memory from the L1 carve-out (docs/log.md, tenth session).
+    // area nothing: a larger area takes shared memory from the L1 carve-out (docs/log.md, 2026-11-24, the warp path on tensor cores).
     const int G = p.dims.group_size, hd = p.dims.head_dim;
     if (mma) {
       EXPECT_LE(8 * attention_row_stride(hd), G * dev::attention_warp_tile_positions(hd) + 3 * dev::kMaxWarps * G) << preset;
@@ -243,7 +243,7 @@ TEST(KernelPlan, AttentionWarpPathTakesTensorCoresForHeadsOf32Or64) {
 }
 
 TEST(KernelPlan, LongContextKernelsFromTheMeasuredLengths) {
-  // Where launches switch to the warp path (docs/log.md, ninth and tenth sessions), by how far their
+  // Where launches switch to the warp path (docs/log.md, 2026-11-24: warp-owned chunks; the warp path on tensor cores), by how far their
   // sequence reaches: with tensor cores, once a split holds more than 192 positions (Llama-3.2-1B: 16
   // splits a kv head, so past 3072), and at every length for Qwen2.5-0.5B (7 heads a group: the tile
   // path's 128-position tile takes its block two rounds); without, past 512 positions a split.

@@ -9,12 +9,12 @@
 // - warp chunks: each warp owns chunks of positions and keeps its own online softmax across them, so no
 //   block barrier separates scores, softmax and P·V, and later chunks are copied into the idle
 //   weight-stream ring several ahead. The warps' partials are combined once at the end, which the tile
-//   path does not pay. Faster for long splits (docs/log.md, ninth session). A warp's chunk runs on tensor
+//   path does not pay. Faster for long splits (docs/log.md, 2026-11-24, warp-owned chunks). A warp's chunk runs on tensor
 //   cores where the platform and model allow (MmaChunks: NVIDIA, head_dim 32 or 64, at most 8 query heads
-//   a kv head), on the FMA units otherwise (FmaChunks; docs/log.md, tenth session).
+//   a kv head), on the FMA units otherwise (FmaChunks; docs/log.md, 2026-11-24, the warp path on tensor cores).
 // The tile path's code is kept exactly as before the warp path existed, and the warp path's start repeats
 // it on purpose: one start shared by both (a helper) measured 0.2-0.5% slower at short depths and gained
-// less at long ones (docs/log.md, ninth session, v8).
+// less at long ones (docs/log.md, 2026-11-21: v8).
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -153,7 +153,7 @@ struct AttentionOp : OpDefaults {
   // on the tile path with ModelDims::combine_once, the group's last split to arrive combines the group's
   // partials. The long-context kernels leave the combine to o_proj: with it in their attention (not
   // executed where combine_once is off) Llama-3.2-1B ran 2.1-2.5% slower at depth 16384, and with the
-  // group kept in registers across the warp path they spilled (docs/log.md, twenty-third session).
+  // group kept in registers across the warp path they spilled (docs/log.md, 2026-11-26, a wide head's split is one tile).
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
     if constexpr (MachineT::kLongContext) {
@@ -283,7 +283,7 @@ struct AttentionOp : OpDefaults {
         __syncthreads();
       }
       // Scores, a thread per (head, position): 16-byte loads, 8 elements of K and of q (broadcast) each;
-      // the loop is bound by shared-memory loads (docs/log.md, fifth session).
+      // the loop is bound by shared-memory loads (docs/log.md, 2026-11-21, where one step goes).
       for (int idx = threadIdx.x; idx < G * nt; idx += kThreads) {
         const int j = idx / nt, t = idx % nt;
         const float4* q = reinterpret_cast<const float4*>(a.group + j * hd);
@@ -673,7 +673,7 @@ struct AttentionOp : OpDefaults {
   // c % warps). Chunk c < warps lies in the first tile, staged before the wait, in the rows warp c owns. A
   // warp keeps, per head, its own running max m, sum l and unnormalised output o across its chunks
   // (Chunks: FmaChunks or MmaChunks), so no block barrier separates scores, softmax and P·V (the
-  // barriers between them were most of a tile's time at long contexts: docs/log.md, eighth session). At
+  // barriers between them were most of a tile's time at long contexts: docs/log.md, 2026-11-24, attention's K/V tries). At
   // the end the warps' partials are combined in shared memory and this split's (m, l, o) per head
   // written (head j's at slot0 + j * splits).
   template <class Chunks, class MachineT>
