@@ -17,6 +17,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+start=$SECONDS
+# "== [m:ss] what": each phase with the time since the start, so a slow phase shows in any log.
+phase() { printf '== [%d:%02d] %s\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$*"; }
+phase "packages"
 scripts/install_deps.sh --amd
 skipped=()  # "name (why)" of each compile check that could not run here
 
@@ -50,7 +54,7 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 gpu_targets=(mk_device mk_topology_probe mk_sync test_gpu test_gpu_api gpu_logits_dump mk-bench mk-bench-sync mk-run mk-topo mk-chat mk-server monokernel)
 compile_check() {
-  echo "== compile check: MK_GPU=$1 (warnings are errors)"
+  phase "compile check: MK_GPU=$1 (warnings are errors)"
   cmake -S . -B "build-ci-$1" -G Ninja -DMK_GPU="$1" -DMK_WERROR=ON "${launcher[@]}" >/dev/null
   cmake --build "build-ci-$1" -j"$jobs" --target "${gpu_targets[@]}"
 }
@@ -62,7 +66,7 @@ if why=$(check_nvcc); then
   # Without an NVIDIA driver, mk-bench must say that there is no GPU (the CUDA runtime's own words are
   # "CUDA driver version is insufficient").
   if ! /sbin/ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null && ! command -v nvidia-smi >/dev/null; then
-    echo "== check: mk-bench without an NVIDIA driver says there is no GPU"
+    phase "check: mk-bench without an NVIDIA driver says there is no GPU"
     if out=$(build-ci-nvidia/bench/mk-bench 2>&1); then
       echo "test.sh: mk-bench succeeded without an NVIDIA driver" >&2
       exit 1
@@ -77,10 +81,12 @@ else
   skip "compile check MK_GPU=nvidia" "$why"
 fi
 
-echo "== CPU build and tests"
+phase "CPU build"
 cmake -S . -B build-ci-cpu -G Ninja -DMK_GPU=none -DMK_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build build-ci-cpu -j"$jobs"
+phase "tests (ctest)"
 ctest --test-dir build-ci-cpu --output-on-failure -j"$jobs" --timeout 900
+phase "done"
 
 if ((${#skipped[@]} == 0)); then
   echo "test.sh: PASSED: every check ran and passed"
