@@ -271,42 +271,50 @@ void ChatTemplate::check(const std::vector<ChatMessage>& messages) const {
 // Text for each message (index-aligned with `messages`), with everything the template emits before the
 // per-message loop (BOS, Llama 3.1 system block, ChatML system / default system) folded into the first
 // entry, which the continuation never needs.
-std::vector<std::string> ChatTemplate::render_messages(const std::vector<ChatMessage>& messages,
+std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMessage>& messages,
                                                        const ChatOptions& options) const {
   check(messages);
   const size_t n = messages.size();
-  std::vector<std::string> out(n);
+  std::vector<PromptText> out(n);
+  // Each message's text goes in as text (PromptText::add_message_text), never as markup.
   switch (format_) {
     case ChatFormat::Llama3:
       // {% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'
       //    + message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}
       for (size_t i = 0; i < n; ++i) {
-        out[i] = (i == 0 ? bos_token_ : std::string()) + "<|start_header_id|>" + messages[i].role +
-                 "<|end_header_id|>\n\n" + std::string(trim(messages[i].content)) + "<|eot_id|>";
+        out[i] += (i == 0 ? bos_token_ : std::string()) + "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n";
+        out[i].add_message_text(trim(messages[i].content));
+        out[i] += "<|eot_id|>";
       }
       break;
     case ChatFormat::Llama31: {
       // {{- bos_token }} ... system block with "Cutting Knowledge Date" / "Today Date", then
       // '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>'
       const bool has_system = messages[0].role == "system";
-      std::string head = bos_token_ + "<|start_header_id|>system<|end_header_id|>\n\n" +
-                         "Cutting Knowledge Date: December 2023\n" + "Today Date: " + date(options) + "\n\n" +
-                         std::string(has_system ? trim(messages[0].content) : std::string_view()) + "<|eot_id|>";
+      PromptText head;
+      head += bos_token_ + "<|start_header_id|>system<|end_header_id|>\n\n" + "Cutting Knowledge Date: December 2023\n" +
+              "Today Date: " + date(options) + "\n\n";
+      if (has_system) head.add_message_text(trim(messages[0].content));
+      head += "<|eot_id|>";
       for (size_t i = has_system ? 1 : 0; i < n; ++i) {
-        out[i] = "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n" +
-                 std::string(trim(messages[i].content)) + "<|eot_id|>";
+        out[i] += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n";
+        out[i].add_message_text(trim(messages[i].content));
+        out[i] += "<|eot_id|>";
       }
-      out[0] = head + out[0];
+      head += out[0];
+      out[0] = std::move(head);
       break;
     }
     case ChatFormat::ChatML:
     case ChatFormat::Qwen3: {
       const bool qwen3 = format_ == ChatFormat::Qwen3;
-      std::string head;
+      PromptText head;
       if (messages[0].role == "system") {
-        head = "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
+        head += "<|im_start|>system\n";
+        head.add_message_text(messages[0].content);
+        head += "<|im_end|>\n";
       } else if (!default_system_.empty()) {
-        head = "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+        head += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
       }
       // Qwen3: {%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %} and the
       // reversed scan for the last user message that is not a wrapped <tool_response>.
@@ -321,12 +329,16 @@ std::vector<std::string> ChatTemplate::render_messages(const std::vector<ChatMes
       }
       for (size_t i = 0; i < n; ++i) {
         const ChatMessage& m = messages[i];
-        std::string& s = out[i];
+        PromptText& s = out[i];
         if (m.role == "user" || (m.role == "system" && i != 0)) {
-          s = "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+          s += "<|im_start|>" + m.role + "\n";
+          s.add_message_text(m.content);
+          s += "<|im_end|>\n";
         } else if (m.role == "assistant") {
           if (!qwen3) {
-            s = "<|im_start|>assistant\n" + m.content + "<|im_end|>\n";
+            s += "<|im_start|>assistant\n";
+            s.add_message_text(m.content);
+            s += "<|im_end|>\n";
             continue;
           }
           std::string_view content = m.content;
@@ -338,19 +350,25 @@ std::vector<std::string> ChatTemplate::render_messages(const std::vector<ChatMes
             reasoning = lstrip_nl(after_last(rstrip_nl(before_first(m.content, "</think>")), "<think>"));
           }
           if (i > last_query && (i + 1 == n || !reasoning.empty())) {
-            s = "<|im_start|>assistant\n<think>\n" + std::string(strip_nl(reasoning)) + "\n</think>\n\n" +
-                std::string(lstrip_nl(content));
+            s += "<|im_start|>assistant\n<think>\n";
+            s.add_message_text(strip_nl(reasoning));
+            s += "\n</think>\n\n";
+            s.add_message_text(lstrip_nl(content));
           } else {
-            s = "<|im_start|>assistant\n" + std::string(content);
+            s += "<|im_start|>assistant\n";
+            s.add_message_text(content);
           }
           s += "<|im_end|>\n";
         } else if (m.role == "tool") {
           if (i == 0 || messages[i - 1].role != "tool") s += "<|im_start|>user";
-          s += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+          s += "\n<tool_response>\n";
+          s.add_message_text(m.content);
+          s += "\n</tool_response>";
           if (i + 1 == n || messages[i + 1].role != "tool") s += "<|im_end|>\n";
         }
       }
-      out[0] = head + out[0];
+      head += out[0];
+      out[0] = std::move(head);
       break;
     }
   }
@@ -373,27 +391,38 @@ std::string ChatTemplate::generation_prompt(const ChatOptions& options) const {
   return {};
 }
 
+PromptText ChatTemplate::render_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                      const ChatOptions& options) const {
+  PromptText out;
+  for (const PromptText& s : render_messages(messages, options)) out += s;
+  if (add_generation_prompt) out += generation_prompt(options);
+  return out;
+}
+
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                                  const ChatOptions& options) const {
-  std::string out;
-  for (const std::string& s : render_messages(messages, options)) out += s;
+  return render_prompt(messages, add_generation_prompt, options).text;
+}
+
+PromptText ChatTemplate::render_continuation_prompt(const std::vector<ChatMessage>& messages, size_t history_count,
+                                                    bool add_generation_prompt, const ChatOptions& options) const {
+  if (history_count == 0) return render_prompt(messages, add_generation_prompt, options);
+  if (history_count > messages.size())
+    fail("{}: render_continuation: history_count {} exceeds the {} messages", source_, history_count, messages.size());
+  if (messages[history_count - 1].role != "assistant")
+    fail("{}: render_continuation: messages[{}] (the last message already in the context) must be the assistant's "
+         "reply, found role \"{}\"", source_, history_count - 1, messages[history_count - 1].role);
+  const std::vector<PromptText> parts = render_messages(messages, options);
+  PromptText out;
+  out += end_of_turn();
+  for (size_t i = history_count; i < parts.size(); ++i) out += parts[i];
   if (add_generation_prompt) out += generation_prompt(options);
   return out;
 }
 
 std::string ChatTemplate::render_continuation(const std::vector<ChatMessage>& messages, size_t history_count,
                                               bool add_generation_prompt, const ChatOptions& options) const {
-  if (history_count == 0) return render(messages, add_generation_prompt, options);
-  if (history_count > messages.size())
-    fail("{}: render_continuation: history_count {} exceeds the {} messages", source_, history_count, messages.size());
-  if (messages[history_count - 1].role != "assistant")
-    fail("{}: render_continuation: messages[{}] (the last message already in the context) must be the assistant's "
-         "reply, found role \"{}\"", source_, history_count - 1, messages[history_count - 1].role);
-  const std::vector<std::string> parts = render_messages(messages, options);
-  std::string out(end_of_turn());
-  for (size_t i = history_count; i < parts.size(); ++i) out += parts[i];
-  if (add_generation_prompt) out += generation_prompt(options);
-  return out;
+  return render_continuation_prompt(messages, history_count, add_generation_prompt, options).text;
 }
 
 }  // namespace mk

@@ -31,6 +31,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/prompt_text.h"
+
 namespace mk {
 
 struct ChatMessage {
@@ -64,6 +66,10 @@ class ChatTemplate {
   // Full prompt text for `messages`; add_generation_prompt appends the assistant header.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      const ChatOptions& options = {}) const;
+  // The same with where each message's text lies: what the engine and the server encode
+  // (Tokenizer::encode(const PromptText&)), so that control tokens typed into a message stay text.
+  PromptText render_prompt(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                           const ChatOptions& options = {}) const;
 
   // Incremental text for multi-turn chat with KV-cache reuse. The context already holds
   // messages[0, history_count) the way the model saw them: the prompt rendered (add_generation_prompt =
@@ -81,6 +87,8 @@ class ChatTemplate {
   // first differing token.
   std::string render_continuation(const std::vector<ChatMessage>& messages, size_t history_count,
                                   bool add_generation_prompt, const ChatOptions& options = {}) const;
+  PromptText render_continuation_prompt(const std::vector<ChatMessage>& messages, size_t history_count,
+                                        bool add_generation_prompt, const ChatOptions& options = {}) const;
 
   // Text that closes an assistant turn: "<|eot_id|>" (Llama) or "<|im_end|>\n" (ChatML).
   std::string_view end_of_turn() const;
@@ -97,7 +105,7 @@ class ChatTemplate {
   bool date_from_clock_ = false;   // Llama31: template calls strftime_now
 
   void check(const std::vector<ChatMessage>& messages) const;
-  std::vector<std::string> render_messages(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
+  std::vector<PromptText> render_messages(const std::vector<ChatMessage>& messages, const ChatOptions& options) const;
   std::string generation_prompt(const ChatOptions& options) const;
   std::string date(const ChatOptions& options) const;
 };

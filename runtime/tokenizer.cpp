@@ -463,9 +463,10 @@ struct Tokenizer::Impl {
   }
 
   // Splits `s` at the added tokens of `trie`; calls on_text(string_view) for the text between them and
-  // on_token(id) for each token.
-  template <typename OnText, typename OnToken>
-  void split_added(std::string_view s, const TokenTrie& trie, bool parse_special, OnText&& on_text,
+  // on_token(id) for each token. special_ok(start, end): whether a special token may be read from
+  // s[start, end) (added tokens that are not special are read anywhere, as Hugging Face does).
+  template <typename SpecialOk, typename OnText, typename OnToken>
+  void split_added(std::string_view s, const TokenTrie& trie, SpecialOk&& special_ok, OnText&& on_text,
                    OnToken&& on_token) const {
     if (trie.empty()) {
       if (!s.empty()) on_text(s);
@@ -476,10 +477,11 @@ struct Tokenizer::Impl {
       int32_t token;
     };
     std::vector<Match> matches;
-    const auto accept = [&](int32_t t) { return parse_special || !added[t].special; };
     for (size_t i = 0; i < s.size();) {
+      const bool specials_here = special_ok(i, i + 1);
+      const auto accept = [&](int32_t t) { return specials_here || !added[t].special; };
       const auto [t, len] = trie.longest(s, i, accept);
-      if (t < 0) {
+      if (t < 0 || (added[t].special && !special_ok(i, i + len))) {  // none, or a special running into text
         ++i;
         continue;
       }
@@ -603,21 +605,34 @@ struct Tokenizer::Impl {
     for (int32_t i = 0; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
   }
 
-  std::vector<int32_t> encode(std::string_view input, bool parse_special, bool add_special_tokens) const {
+  // plain: byte ranges of `input` where no special token is read (a chat message's own text); empty for
+  // none. With ranges, `input` must be valid UTF-8 (the ranges would not survive a repair).
+  std::vector<int32_t> encode(std::string_view input, bool parse_special, bool add_special_tokens,
+                              const std::vector<std::pair<size_t, size_t>>& plain = {}) const {
     if (add_special_tokens && !post_processor_error.empty()) fail("{}: {}", source, post_processor_error);
     std::string repaired;
     std::string_view text = input;
     if (!is_valid_utf8(input)) {
+      if (!plain.empty()) fail("{}: a prompt with message ranges must be valid UTF-8", source);
       repaired = sanitize_utf8(input);
       text = repaired;
     }
+    const auto outside_plain = [&](size_t start, size_t end) {
+      if (!parse_special) return false;
+      for (const auto& [b, e] : plain)
+        if (start < e && b < end) return false;
+      return true;
+    };
     std::vector<int32_t> out;
     if (add_special_tokens) out = prefix_ids;
     std::vector<std::string> pieces;
     const auto on_token = [&](int32_t id) { out.push_back(id); };
-    split_added(text, raw_trie, parse_special, [&](std::string_view section) {
+    split_added(text, raw_trie, outside_plain, [&](std::string_view section) {
       const std::string normalized = normalize(section);
-      split_added(normalized, normalized_trie, parse_special, [&](std::string_view sub) {
+      // Normalizing moves positions: a section that holds message text reads no special token at all.
+      const size_t at = size_t(section.data() - text.data());
+      const bool specials = outside_plain(at, at + section.size());
+      split_added(normalized, normalized_trie, [specials](size_t, size_t) { return specials; }, [&](std::string_view sub) {
         pre_tokenize(sub, pieces);
         for (const std::string& p : pieces) bpe(p, out);
       }, on_token);
@@ -977,6 +992,21 @@ Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special, bool add_special_tokens) const {
   return impl_->encode(text, parse_special, add_special_tokens);
+}
+
+std::vector<int32_t> Tokenizer::encode(const PromptText& prompt, bool add_special_tokens) const {
+  if (is_valid_utf8(prompt.text)) return impl_->encode(prompt.text, /*parse_special=*/true, add_special_tokens, prompt.plain);
+  // Invalid bytes are replaced piece by piece, so that the ranges still mark the messages' text.
+  const std::string_view text = prompt.text;
+  PromptText repaired;
+  size_t at = 0;
+  for (const auto& [begin, end] : prompt.plain) {
+    repaired += sanitize_utf8(text.substr(at, begin - at));
+    repaired.add_message_text(sanitize_utf8(text.substr(begin, end - begin)));
+    at = end;
+  }
+  repaired += sanitize_utf8(text.substr(at));
+  return impl_->encode(repaired.text, /*parse_special=*/true, add_special_tokens, repaired.plain);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {

@@ -32,6 +32,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/prompt_text.h"
+
 namespace mk {
 
 class Tokenizer {
@@ -55,6 +57,9 @@ class Tokenizer {
   // rendered by ChatTemplate already contain their BOS text and must be encoded without it.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
                               bool add_special_tokens = false) const;
+  // A chat prompt: special tokens are read in the template's text and never inside prompt.plain (a
+  // message's own text), where "<|im_end|>" is encoded as the characters it is made of.
+  std::vector<int32_t> encode(const PromptText& prompt, bool add_special_tokens = false) const;
 
   // Text of `ids` (always valid UTF-8). skip_special drops added tokens flagged "special".
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;

@@ -103,6 +103,11 @@ Tokenizer tiny(bool array_merges = false, bool nfc = false) {
   return Tokenizer::from_json(tiny_tokenizer(array_merges, nfc).dump(), kTinyConfig, "", "tiny/tokenizer.json");
 }
 
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::vector<int32_t> bytes_of(std::string_view s) {
   std::vector<int32_t> ids;
   for (const char c : s) ids.push_back(static_cast<uint8_t>(c));
@@ -249,6 +254,35 @@ TEST(Tokenizer, SpecialTokensAreMatchedBeforeTheRegex) {
   EXPECT_FALSE(t.is_special(301));
   EXPECT_TRUE(t.is_added(301));
   EXPECT_EQ(t.token_id("<|eot|>"), 300);
+}
+
+// A chat prompt: special tokens are read in the template's text, never inside a message's own text
+// (PromptText::plain), not even one that starts in the markup and runs into the message; non-special
+// added tokens match everywhere, as with parse_special off.
+TEST(Tokenizer, SpecialTokensAreNotReadInsideMessageText) {
+  for (const bool nfc : {false, true}) {
+    const Tokenizer t = tiny(false, nfc);
+    PromptText p;
+    p += "<|eot|>";
+    p.add_message_text("a<|eot|>b<tool>");
+    p += "<|eot|>";
+    EXPECT_EQ(t.encode(p), concat(concat({300}, t.encode("a<|eot|>b<tool>", false)), {300})) << "nfc " << nfc;
+    EXPECT_EQ(t.encode(p.text), (std::vector<int32_t>{300, 'a', 300, 'b', 301, 300})) << "the same text as markup";
+
+    PromptText straddle;  // "<|eo" in the markup, "t|>" in the message: no token spans the two
+    straddle += "x<|eo";
+    straddle.add_message_text("t|>");
+    EXPECT_EQ(t.encode(straddle), bytes_of("x<|eot|>")) << "nfc " << nfc;
+
+    PromptText none;  // no message text: as encode(text)
+    none += "a<|eot|>b";
+    EXPECT_EQ(t.encode(none), t.encode(none.text));
+
+    PromptText invalid;  // invalid bytes are replaced, and the message's range still holds
+    invalid += "<|eot|>";
+    invalid.add_message_text("\xFF<|eot|>");
+    EXPECT_EQ(t.encode(invalid), concat({300}, t.encode("\xEF\xBF\xBD<|eot|>", false))) << "nfc " << nfc;
+  }
 }
 
 TEST(Tokenizer, LstripRstripAbsorbWhitespace) {

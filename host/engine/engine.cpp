@@ -207,6 +207,18 @@ bool Engine::on_gpu() const { return shared_->on_gpu; }
 int Engine::vocab_size() const { return shared_->vocab_size; }
 int Engine::context_size() const { return shared_->context_size; }
 
+std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
+  const ChatTemplate& tmpl = shared_->require_template();
+  PromptText prompt;
+  try {
+    prompt = tmpl.render_prompt(messages, /*add_generation_prompt=*/true, options);
+  } catch (const Error& e) {
+    throw EngineError(EngineErrorKind::InvalidArgument, e.what());
+  }
+  // Encoding fails only on the tokenizer's own regex (PCRE2 match limits): the model's files are at fault.
+  return as_bad_model([&] { return shared_->tokenizer.encode(prompt); });
+}
+
 std::unique_ptr<Session> Engine::create_session(const SessionOptions& options) {
   return std::unique_ptr<Session>(new Session(shared_, shared_->take_backend(), options));
 }
@@ -290,10 +302,11 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   // The new turn's text: everything if the cache is empty, else only what follows the cached reply.
   std::vector<ChatMessage> conversation = history_;
   conversation.insert(conversation.end(), messages.begin(), messages.end());
-  std::string text;
+  // The messages' own text stays text: control tokens are read from the template's markup only.
+  PromptText prompt;
   try {
-    text = cached_messages_ == 0 ? tmpl.render(conversation, true, options_.chat)
-                                 : tmpl.render_continuation(conversation, cached_messages_, true, options_.chat);
+    prompt = cached_messages_ == 0 ? tmpl.render_prompt(conversation, true, options_.chat)
+                                   : tmpl.render_continuation_prompt(conversation, cached_messages_, true, options_.chat);
   } catch (const Error& e) {
     throw EngineError(EngineErrorKind::InvalidArgument, e.what());
   }
@@ -301,11 +314,10 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   // continuation's leading "<|im_end|>" / "<|eot_id|>": drop that text so it is not there twice.
   if (cached_messages_ > 0 && ended_with_stop_) {
     const std::string_view eot = tokenizer.token_bytes(pending_token_);
-    if (!eot.empty() && std::string_view(text).starts_with(eot)) text.erase(0, eot.size());
+    if (!eot.empty() && std::string_view(prompt.text).starts_with(eot)) prompt.erase_prefix(eot.size());
   }
   // Encoding fails only on the tokenizer's own regex (PCRE2 match limits): the model's files are at fault.
-  const std::vector<int32_t> input =
-      as_bad_model([&] { return tokenizer.encode(text, /*parse_special=*/true, /*add_special_tokens=*/false); });
+  const std::vector<int32_t> input = as_bad_model([&] { return tokenizer.encode(prompt); });
 
   const int pending = cached_messages_ > 0 && pending_token_ >= 0 ? 1 : 0;
   const int position = backend_->position(), context = backend_->context();

@@ -151,6 +151,12 @@ class Engine {
   // Each session's KV cache in tokens (EngineOptions::context, or the default it resolved to).
   int context_size() const;
 
+  // The prompt tokens of a whole conversation with the generation prompt, as a session's first turn
+  // encodes it: the template's markup (the BOS, "<|im_start|>", ...) as control tokens, each message's
+  // text as text, so that typed markers cannot end a turn or open a system turn. Throws EngineError
+  // (InvalidArgument for messages the template cannot render, BadModel without a template).
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options = {}) const;
+
   // Thread-safe. A session may outlive the Engine object (it shares the model with it).
   std::unique_ptr<Session> create_session(const SessionOptions& options = {});
 

@@ -142,14 +142,12 @@ struct HttpServer::Impl {
         throw invalid_request("this model directory has no usable chat template; use /v1/completions with a prompt", "messages");
       ChatOptions options;
       options.enable_thinking = r.enable_thinking;
-      std::string text;
       try {
-        text = engine.chat_template().render(r.messages, /*add_generation_prompt=*/true, options);
-      } catch (const Error& e) {
+        job->prompt = engine.encode_chat(r.messages, options);
+      } catch (const EngineError& e) {
+        if (e.kind() != EngineErrorKind::InvalidArgument) throw;
         throw invalid_request(fmt::format("'messages' cannot be rendered with the model's chat template: {}", e.what()), "messages");
       }
-      // The template writes the special tokens (and the BOS) as text.
-      job->prompt = tok.encode(text, /*parse_special=*/true, /*add_special_tokens=*/false);
     } else if (r.prompt_tokens) {
       job->prompt = *r.prompt_tokens;
     } else {

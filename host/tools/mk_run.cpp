@@ -97,8 +97,8 @@ int run(int argc, char** argv) {
   app.add_option("--preset", preset, "a real model's shape with random weights, on the GPU: " +
                                          fmt::format("{}", fmt::join(mk::preset_names(), ", ")));
   auto* prompt_option =
-      app.add_option("-p,--prompt", prompt, "prompt text, continued as is (no chat template; the BOS is added as "
-                                            "Hugging Face's tokenizer adds it)");
+      app.add_option("-p,--prompt", prompt, "prompt text, continued as is (no chat template; the BOS is added and "
+                                            "special tokens in the text are read, as Hugging Face's tokenizer does)");
   app.add_option("-t,--tokens", tokens_text, "prompt token ids, comma-separated (default without -p: 1,2,3,4)")
       ->excludes(prompt_option);
   app.add_flag("--ids", print_ids, "print the generated token ids instead of their text");
