@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "runtime/portability.h"
@@ -107,14 +108,28 @@ MK_HD_INLINE float fp8_e4m3_to_float(uint8_t b) {
 // fp8 quantizers do); NaN stays NaN. Host code (quantization at load time).
 uint8_t float_to_fp8_e4m3(float f);
 
+// Element i of an array of T at `data`. On the host `data` may be unaligned: a safetensors file puts a
+// tensor at whatever byte offset its header names, and the file is used where it is mapped. Device
+// buffers are laid out by the host, aligned.
+template <typename T>
+MK_HD_INLINE T load_element(const void* data, int64_t i) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return static_cast<const T*>(data)[i];
+#else
+  T value;
+  std::memcpy(&value, static_cast<const unsigned char*>(data) + i * int64_t(sizeof(T)), sizeof(T));
+  return value;
+#endif
+}
+
 // Reads element i of a weight stored as `t` (U4: its code).
 MK_HD_INLINE float load_as_float(const void* data, DType t, int64_t i) {
   switch (t) {
-    case DType::F32: return static_cast<const float*>(data)[i];
-    case DType::F16: return fp16_to_float(static_cast<const uint16_t*>(data)[i]);
+    case DType::F32: return load_element<float>(data, i);
+    case DType::F16: return fp16_to_float(load_element<uint16_t>(data, i));
     case DType::F8_E4M3: return fp8_e4m3_to_float(static_cast<const uint8_t*>(data)[i]);
     case DType::U4: return float((static_cast<const uint8_t*>(data)[i / 2] >> (4 * (i & 1))) & 0xfu);
-    default: return bf16_to_float(static_cast<const uint16_t*>(data)[i]);
+    default: return bf16_to_float(load_element<uint16_t>(data, i));
   }
 }
 

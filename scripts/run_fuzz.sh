@@ -77,8 +77,9 @@ mkdir -p "$out"
 binary="$out/fuzz_$target"
 
 echo "run_fuzz.sh: building $binary with $cxx"
+# undefined includes the alignment check (named here for the record: a tensor may sit at any offset).
 "$cxx" -std=c++20 -g -O1 -fno-omit-frame-pointer \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -fsanitize=fuzzer,address,undefined,alignment -fno-sanitize-recover=all \
   -I"$repo" \
   "$repo/tests/fuzz/fuzz_$target.cpp" \
   "${sources[@]/#/$repo/}" \
