@@ -143,10 +143,12 @@ TEST(Capi, OptionsBeyondTheirLimitsAreInvalidArguments) {
   mk_model_options o = emulator(16777217);
   EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
   EXPECT_THAT(err, HasSubstr("context must be between 1 and 16777216"));
-  o = emulator();
-  o.emulator_workgroups = 1 << 30;
-  EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
-  EXPECT_THAT(err, HasSubstr("emulator_workgroups must be at most 4096"));
+  for (const int workgroups : {1 << 30, 0, -1}) {
+    o = emulator();
+    o.emulator_workgroups = workgroups;
+    EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT) << workgroups;
+    EXPECT_THAT(err, HasSubstr("emulator_workgroups must be between 1 and 4096 (got " + std::to_string(workgroups) + ")"));
+  }
 }
 
 // Load-time quantization through the C API: int4 with the head quantized (the default) or kept in 16

@@ -115,7 +115,7 @@ typedef struct mk_model_options {
   int context;          /* KV cache capacity per session in tokens; 0: min(4096, the model's max_position_embeddings);
                            at most 16777216; more than max_position_embeddings works, with a notice (on_notice) */
   int gpu_device;
-  int emulator_workgroups; /* virtual workgroups of the CPU emulator (same tokens for any value), at most 4096 */
+  int emulator_workgroups; /* virtual workgroups of the CPU emulator (same tokens for any value), 1 to 4096 */
   /* Weight upload progress on the GPU: bytes done, bytes total, seconds so far. Called from mk_model_open
    * (and from mk_session_create when a further concurrent session needs its own copy). May be NULL. */
   void (*on_progress)(uint64_t done, uint64_t total, double seconds, void* user);

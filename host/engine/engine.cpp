@@ -131,8 +131,9 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   if (options.context < 0 || options.context > limits::kMaxPositions)
     invalid(fmt::format("the context must be between 1 and {} tokens, or 0 for the default (got {})", limits::kMaxPositions,
                         options.context));
-  if (options.emulator_workgroups > kMaxEmulatorWorkgroups)
-    invalid(fmt::format("emulator_workgroups must be at most {} (got {})", kMaxEmulatorWorkgroups, options.emulator_workgroups));
+  if (options.emulator_workgroups < 1 || options.emulator_workgroups > kMaxEmulatorWorkgroups)
+    invalid(fmt::format("emulator_workgroups must be between 1 and {} (got {})", kMaxEmulatorWorkgroups,
+                        options.emulator_workgroups));
   if (options.gpu_device < 0) invalid(fmt::format("gpu_device must be >= 0 (got {})", options.gpu_device));
 
   auto model = as_bad_model([&] { return load_model(dir, options.load); });
@@ -168,7 +169,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     if (options.backend == BackendChoice::Auto && options.on_notice)
       options.on_notice(fmt::format("no GPU ({}); running on the CPU emulator, which is slow", why_no_gpu));
     EmulatorOptions e;
-    e.num_workgroups = std::max(1, options.emulator_workgroups);
+    e.num_workgroups = options.emulator_workgroups;
     e.context = context;
     e.check_dependencies = false;  // the checker is for tests of the schedule; it multiplies the time
     e.interleaving = Interleaving::RoundRobin;
