@@ -276,6 +276,8 @@ int run(int argc, char** argv) {
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
                  "w % N; 'probe' = the probed GPC/XCD map, fragments under 8 units merged")
       ->capture_default_str();
+  double watchdog = mk::GpuOptions{}.watchdog_seconds;
+  mk::cli::add_watchdog_option(app, watchdog);
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (trace_step >= 0) {
     profile = true;
@@ -313,6 +315,7 @@ int run(int argc, char** argv) {
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
   opt.workgroups = workgroups;
+  opt.watchdog_seconds = watchdog;
   opt.narrow_workgroups = narrow;
   opt.narrow_ops = narrow_mask;
   opt.stream_slot_kib = slot_kib;

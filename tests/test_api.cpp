@@ -143,6 +143,17 @@ TEST(Capi, OptionsBeyondTheirLimitsAreInvalidArguments) {
   mk_model_options o = emulator(16777217);
   EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT);
   EXPECT_THAT(err, HasSubstr("context must be between 1 and 16777216"));
+  for (const double seconds : {0.0, 0.5, -1.0, 86401.0, std::nan("")}) {
+    o = emulator();
+    o.watchdog_seconds = seconds;
+    EXPECT_EQ(mk_model_open(model_dir().c_str(), &o, &model, err, sizeof err), MK_ERROR_INVALID_ARGUMENT) << seconds;
+    EXPECT_THAT(err, HasSubstr("watchdog_seconds must be between 1 and 86400"));
+  }
+  {
+    mk_model_options d;
+    mk_model_options_init(&d);
+    EXPECT_EQ(d.watchdog_seconds, 10.0);
+  }
   for (const int workgroups : {1 << 30, 0, -1}) {
     o = emulator();
     o.emulator_workgroups = workgroups;

@@ -273,6 +273,17 @@ TEST(Tools, SeedMinusOneMeansARandomSeed) {
   EXPECT_EQ(largest.status, 0) << largest.err;
 }
 
+TEST(Tools, TheWatchdogLimitIsBounded) {
+  for (const char* bad : {"0.5", "90000", "soon"}) {
+    const Captured run = mk_run({"--watchdog", bad, "-n", "1"});
+    EXPECT_EQ(run.status, 2) << bad;
+    EXPECT_THAT(run.err, HasSubstr(fmt::format("--watchdog: {} is not a number of seconds from 1 to 86400", bad)));
+    const Captured chat = mk_chat({"--watchdog", bad, "-p", "hi"});
+    EXPECT_EQ(chat.status, 2) << bad;
+  }
+  EXPECT_EQ(mk_run({"--watchdog", "2.5", "-n", "1"}).status, 0);
+}
+
 TEST(Tools, HelpShowsTheChoicesOfAnOptionPlainly) {
   for (const char* tool : {MK_RUN_BINARY, MK_CHAT_BINARY, MK_SERVER_BINARY}) {
     const Captured r = mk::test::run_command({tool, "--help"});

@@ -150,6 +150,7 @@ void mk_model_options_init(mk_model_options* o) {
   o->backend = MK_BACKEND_AUTO;
   o->emulator_workgroups = mk::EngineOptions{}.emulator_workgroups;
   o->quantize_head = mk::LoadOptions{}.quantize_head ? 1 : 0;
+  o->watchdog_seconds = mk::EngineOptions{}.watchdog_seconds;
 }
 
 mk_status mk_model_open(const char* path, const mk_model_options* options, mk_model** model, char* errbuf,
@@ -172,6 +173,7 @@ mk_status mk_model_open(const char* path, const mk_model_options* options, mk_mo
     e.context = o.context;
     e.gpu_device = o.gpu_device;
     e.emulator_workgroups = o.emulator_workgroups;
+    e.watchdog_seconds = o.watchdog_seconds;
     switch (o.quantize) {
       case MK_QUANTIZE_NONE: e.load.quantize = mk::Quantize::None; break;
       case MK_QUANTIZE_FP8: e.load.quantize = mk::Quantize::Fp8; break;

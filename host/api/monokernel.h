@@ -125,6 +125,9 @@ typedef struct mk_model_options {
   mk_quantize quantize; /* MK_QUANTIZE_NONE by default */
   int quantize_head;    /* with quantize: 1 (mk_model_options_init's default) quantizes the embedding and the LM
                            head too, 0 keeps them in 16 bits */
+  double watchdog_seconds; /* GPU: a launch in which no workgroup finishes an instruction for this long is stopped
+                              and the call fails naming the stuck instruction (MK_ERROR_BACKEND); 1 to 86400,
+                              10 by mk_model_options_init (a very long context on a shared GPU may need more) */
 } mk_model_options;
 
 /* Fills the defaults: MK_BACKEND_AUTO, context 0, device 0, 16 emulator workgroups, no callbacks, no quantization. */

@@ -135,6 +135,9 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     invalid(fmt::format("emulator_workgroups must be between 1 and {} (got {})", kMaxEmulatorWorkgroups,
                         options.emulator_workgroups));
   if (options.gpu_device < 0) invalid(fmt::format("gpu_device must be >= 0 (got {})", options.gpu_device));
+  if (!(options.watchdog_seconds >= kMinWatchdogSeconds && options.watchdog_seconds <= kMaxWatchdogSeconds))
+    invalid(fmt::format("watchdog_seconds must be between {} and {} (got {})", kMinWatchdogSeconds, kMaxWatchdogSeconds,
+                        options.watchdog_seconds));
 
   auto model = as_bad_model([&] { return load_model(dir, options.load); });
   auto tokenizer = as_bad_model([&] { return Tokenizer::load(dir); });
@@ -163,6 +166,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     GpuOptions g;
     g.device = options.gpu_device;
     g.context = context;
+    g.watchdog_seconds = options.watchdog_seconds;
     g.on_upload_progress = options.on_upload_progress;
     shared->factory = [&m, g] { return std::unique_ptr<DecodeBackend>(create_gpu_backend(m, g)); };
   } else {

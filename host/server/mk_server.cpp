@@ -73,6 +73,8 @@ int run(int argc, char** argv) {
   mk::LoadOptions load;
   mk::cli::add_quantize_options(app, load);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
+  double watchdog = mk::EngineOptions{}.watchdog_seconds;
+  mk::cli::add_watchdog_option(app, watchdog);
   app.add_flag("-q,--quiet", quiet, "no line per request on stderr");
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (d.max_tokens == 0) mk::cli::usage_error("-n must be positive, or -1 for no limit");
@@ -99,6 +101,7 @@ int run(int argc, char** argv) {
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
   options.context = context;
+  options.watchdog_seconds = watchdog;
   options.load = load;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   options.on_upload_progress = [](uint64_t done, uint64_t total, double s) {

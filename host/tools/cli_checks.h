@@ -106,6 +106,27 @@ inline CLI::Option* add_seed_option(CLI::App& app, std::optional<uint64_t>& seed
       ->option_text("SEED");
 }
 
+// --watchdog SECONDS: how long a GPU launch may go without any workgroup finishing an instruction before
+// it is stopped as hung (host/engine/engine.h's bounds; the default is the engine's).
+inline CLI::Option* add_watchdog_option(CLI::App& app, double& seconds) {
+  const CLI::Validator check(
+      [](std::string& input) -> std::string {
+        double value = 0;
+        const char* end = input.data() + input.size();
+        const auto [stop, ec] = std::from_chars(input.data(), end, value);
+        if (ec == std::errc() && stop == end && value >= 1 && value <= 86400) return {};
+        return fmt::format("{} is not a number of seconds from 1 to 86400", input);
+      },
+      "");
+  return app
+      .add_option("--watchdog", seconds,
+                  "GPU: seconds without progress before a launch counts as hung and is stopped, naming the stuck "
+                  "instruction")
+      ->capture_default_str()
+      ->check(check)
+      ->option_text("SECONDS");
+}
+
 // --quantize none|fp8|int4 and --quantize-head yes|no: load-time quantization of a bf16/fp16 checkpoint
 // (quantized checkpoints load as stored), into `load`, with progress on stderr.
 inline void add_quantize_options(CLI::App& app, LoadOptions& load) {

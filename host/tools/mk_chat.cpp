@@ -381,6 +381,8 @@ int run(int argc, char** argv) {
   std::optional<uint64_t> seed;
   mk::cli::add_seed_option(app, seed, "sampling seed (default: random)");
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
+  double watchdog = mk::EngineOptions{}.watchdog_seconds;
+  mk::cli::add_watchdog_option(app, watchdog);
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (params.max_tokens == 0) mk::cli::usage_error("-n 0: must be positive, or -1 for no limit");
   mk::cli::check_sampling_flags(params.sampling);
@@ -401,6 +403,7 @@ int run(int argc, char** argv) {
   mk::EngineOptions options;
   options.backend = force_emulator ? mk::BackendChoice::Emulator : mk::BackendChoice::Auto;
   options.context = context;
+  options.watchdog_seconds = watchdog;
   options.load = load;
   options.on_upload_progress = print_progress;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <csignal>
@@ -110,6 +111,8 @@ int run(int argc, char** argv) {
   app.add_option("--min-p", sampling.min_p, "min-p")->capture_default_str();
   mk::cli::add_seed_option(app, seed, "sampling seed (default: 0)");
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
+  double watchdog = mk::GpuOptions{}.watchdog_seconds;
+  mk::cli::add_watchdog_option(app, watchdog);
   mk::LoadOptions load;
   mk::cli::add_quantize_options(app, load);
   app.add_option("--workgroups", workgroups, "emulator: virtual workgroups")->capture_default_str()->check(mk::cli::int_range(1, 4096));
@@ -179,14 +182,19 @@ int run(int argc, char** argv) {
   if (use_gpu) {
     mk::GpuOptions opt;
     opt.context = chosen.tokens;
+    opt.watchdog_seconds = watchdog;
     opt.random_weights_seed = preset.empty() ? 0 : 1234;
-    opt.on_upload_progress = [&](uint64_t done, uint64_t total, double s) {
-      if (!quiet)
-        fmt::print(stderr, "\ruploading weights: {:.2f} / {:.2f} GB ({:.1f} GB/s)", double(done) / 1e9, double(total) / 1e9,
-                   s > 0 ? double(done) / 1e9 / s : 0.0);
+    // A terminal gets a line redrawn in place; a log file one line at the end, not hundreds of '\r's.
+    const bool tty = isatty(STDERR_FILENO);
+    bool open_line = false;  // a progress line without its newline yet
+    opt.on_upload_progress = [&quiet, &open_line, tty](uint64_t done, uint64_t total, double s) {
+      if (quiet || (!tty && done != total)) return;
+      fmt::print(stderr, "{}uploading weights: {:.2f} / {:.2f} GB ({:.1f} GB/s){}", tty ? "\r" : "", double(done) / 1e9,
+                 double(total) / 1e9, s > 0 ? double(done) / 1e9 / s : 0.0, done == total ? "\n" : "");
+      open_line = done != total;
     };
     backend = mk::create_gpu_backend(*model, opt);
-    if (!quiet && preset.empty()) fmt::print(stderr, "\n");
+    if (open_line) fmt::print(stderr, "\n");
   } else {
     if (!force_emulator) fmt::print(stderr, "warning: no GPU ({}); running the CPU emulator\n", why_no_gpu);
     mk::EmulatorOptions opt;

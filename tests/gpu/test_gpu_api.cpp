@@ -2,7 +2,7 @@
 // the first launch of each GPU backend created while it is set hang (device/gpu_backend.h); the library
 // stops the kernel and reports the stuck instruction, the process lives on, and the session's next turn
 // gives the reply a session that never hung gives. Built with MK_GPU=nvidia|amd; run on a GPU machine
-// (scripts/gpu_check.sh). Each hang takes the engine's 10 s watchdog.
+// (scripts/gpu_check.sh). Each hang takes the engine's 10 s watchdog, but the one given 2 s.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -34,6 +34,37 @@ int append_text(const char* text, size_t length, void* user) {
 }
 
 constexpr const char* kStuck = "watchdog(.|\n)*layer 1 gate_up rows[^\n]*<- earliest blocked instruction";
+
+// mk_model_options.watchdog_seconds is the limit the launch is held to: 2 s stops a planted hang in about
+// 2 s, not the default's 10.
+TEST(GpuCapi, TheWatchdogLimitSetThroughTheCApiIsHonoured) {
+  const mk::test::ScopedTinyChatModel dir("gpu-api-watchdog");
+  mk_generate_params p;
+  mk_generate_params_init(&p);
+  p.max_tokens = 8;
+  mk_model_options o = gpu_options();
+  o.watchdog_seconds = 2;
+  char err[1024];
+  setenv("MK_DEBUG_PLANT_HANG", "1", 1);
+  mk_model* model = nullptr;
+  ASSERT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_OK) << err;
+  unsetenv("MK_DEBUG_PLANT_HANG");
+  mk_session* session = nullptr;
+  ASSERT_EQ(mk_session_create(model, nullptr, &session), MK_OK);
+  std::string lost;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(mk_generate(session, "Hello there", &p, append_text, &lost), MK_ERROR_BACKEND);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_THAT(mk_session_last_error(session), HasSubstr("no workgroup made progress for 2.0 s"));
+  EXPECT_THAT(mk_session_last_error(session), ContainsRegex(kStuck));
+  EXPECT_GT(seconds, 2.0);
+  EXPECT_LT(seconds, 2.0 + 3.0);
+  std::printf("watchdog 2 s: MK_ERROR_BACKEND after %.1f s\n", seconds);
+  std::string after;
+  EXPECT_EQ(mk_generate(session, "Hello there", &p, append_text, &after), MK_OK) << mk_session_last_error(session);
+  mk_session_destroy(session);
+  mk_model_close(model);
+}
 
 TEST(GpuCapi, APlantedHangIsAnErrorAndTheSessionGoesOn) {
   const mk::test::ScopedTinyChatModel dir("gpu-api-hang");
