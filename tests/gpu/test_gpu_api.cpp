@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "tests/helpers/tiny_chat_model.h"
@@ -35,6 +36,32 @@ int append_text(const char* text, size_t length, void* user) {
 
 constexpr const char* kStuck = "watchdog(.|\n)*layer 1 gate_up rows[^\n]*<- earliest blocked instruction";
 
+// A model opened with MK_DEBUG_PLANT_HANG=1 (its backend's first launch hangs) and a session on it.
+struct PlantedHang {
+  mk_model* model = nullptr;
+  mk_session* session = nullptr;
+  PlantedHang(const std::filesystem::path& dir, const mk_model_options& o) {
+    char err[1024] = "";
+    setenv("MK_DEBUG_PLANT_HANG", "1", 1);
+    EXPECT_EQ(mk_model_open(dir.c_str(), &o, &model, err, sizeof err), MK_OK) << err;
+    unsetenv("MK_DEBUG_PLANT_HANG");
+    if (model) {
+      EXPECT_EQ(mk_session_create(model, nullptr, &session), MK_OK);
+    }
+  }
+  ~PlantedHang() {
+    mk_session_destroy(session);
+    mk_model_close(model);
+  }
+  // The hanging turn: it must fail with MK_ERROR_BACKEND; returns how long that took.
+  double hang(const mk_generate_params& p) {
+    std::string lost;
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(mk_generate(session, "Hello there", &p, append_text, &lost), MK_ERROR_BACKEND);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
 // mk_model_options.watchdog_seconds is the limit the launch is held to: 2 s stops a planted hang in about
 // 2 s, not the default's 10.
 TEST(GpuCapi, TheWatchdogLimitSetThroughTheCApiIsHonoured) {
@@ -44,26 +71,17 @@ TEST(GpuCapi, TheWatchdogLimitSetThroughTheCApiIsHonoured) {
   p.max_tokens = 8;
   mk_model_options o = gpu_options();
   o.watchdog_seconds = 2;
-  char err[1024];
-  setenv("MK_DEBUG_PLANT_HANG", "1", 1);
-  mk_model* model = nullptr;
-  ASSERT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_OK) << err;
-  unsetenv("MK_DEBUG_PLANT_HANG");
-  mk_session* session = nullptr;
-  ASSERT_EQ(mk_session_create(model, nullptr, &session), MK_OK);
-  std::string lost;
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(mk_generate(session, "Hello there", &p, append_text, &lost), MK_ERROR_BACKEND);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_THAT(mk_session_last_error(session), HasSubstr("no workgroup made progress for 2.0 s"));
-  EXPECT_THAT(mk_session_last_error(session), ContainsRegex(kStuck));
+  PlantedHang planted(dir.dir, o);
+  ASSERT_NE(planted.session, nullptr);
+  const double seconds = planted.hang(p);
+  EXPECT_THAT(mk_session_last_error(planted.session), HasSubstr("no workgroup made progress for 2.0 s"));
+  EXPECT_THAT(mk_session_last_error(planted.session), ContainsRegex(kStuck));
   EXPECT_GT(seconds, 2.0);
   EXPECT_LT(seconds, 2.0 + 3.0);
   std::printf("watchdog 2 s: MK_ERROR_BACKEND after %.1f s\n", seconds);
   std::string after;
-  EXPECT_EQ(mk_generate(session, "Hello there", &p, append_text, &after), MK_OK) << mk_session_last_error(session);
-  mk_session_destroy(session);
-  mk_model_close(model);
+  EXPECT_EQ(mk_generate(planted.session, "Hello there", &p, append_text, &after), MK_OK)
+      << mk_session_last_error(planted.session);
 }
 
 TEST(GpuCapi, APlantedHangIsAnErrorAndTheSessionGoesOn) {
@@ -75,16 +93,10 @@ TEST(GpuCapi, APlantedHangIsAnErrorAndTheSessionGoesOn) {
   char err[1024];
 
   // The C API.
-  setenv("MK_DEBUG_PLANT_HANG", "1", 1);
-  mk_model* model = nullptr;
-  ASSERT_EQ(mk_model_open(dir.dir.c_str(), &o, &model, err, sizeof err), MK_OK) << err;
-  unsetenv("MK_DEBUG_PLANT_HANG");
-  mk_session* session = nullptr;
-  ASSERT_EQ(mk_session_create(model, nullptr, &session), MK_OK);
-  std::string lost;
-  const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(mk_generate(session, "Hello there", &p, append_text, &lost), MK_ERROR_BACKEND);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  PlantedHang planted(dir.dir, o);
+  ASSERT_NE(planted.session, nullptr);
+  mk_session* session = planted.session;
+  const double seconds = planted.hang(p);
   EXPECT_THAT(mk_session_last_error(session), ContainsRegex(kStuck));
   EXPECT_THAT(mk_session_last_error(session), HasSubstr("the kernel left after"));
   EXPECT_LT(seconds, 10.0 + 3.0);
@@ -131,8 +143,6 @@ TEST(GpuCapi, APlantedHangIsAnErrorAndTheSessionGoesOn) {
 
   mk_session_destroy(reference);
   mk_model_close(fresh);
-  mk_session_destroy(session);
-  mk_model_close(model);
 }
 
 }  // namespace
