@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "host/tools/cli_checks.h"
 #include "runtime/tokenizer.h"
 #include "tests/helpers/run_command.h"
 #include "tests/helpers/tiny_chat_model.h"
@@ -381,6 +382,28 @@ TEST(MkChat, HelpListsTheCommands) {
   EXPECT_NE(r.err.find("commands: /reset", banner + 1), std::string::npos) << "/help printed nothing:\n" << r.err;
   EXPECT_THAT(r.err, HasSubstr("/stats"));
   EXPECT_THAT(r.err, HasSubstr("/quit"));
+}
+
+// A GPU backend's name (as an H100 prints it) wrapped for a 120-column terminal: every word kept, in order.
+TEST(Tools, LongInfoLinesAreWrappedAtSpaces) {
+  const std::string line =
+      "backend: gpu monokernel on NVIDIA H100 80GB HBM3 (132 workgroups x 512 threads, weight stream 3 x 55 KiB, "
+      "lookahead 0, early 2, flat counters, qkv,o_proj,gate_up,down on 66 workgroups), context 2048 tokens";
+  const std::string wrapped = mk::cli::wrap_info(line);
+  std::istringstream lines(wrapped);
+  std::string words;
+  int count = 0;
+  for (std::string l; std::getline(lines, l); ++count) {
+    EXPECT_LE(l.size(), 120u) << l;
+    if (count > 0) {
+      EXPECT_EQ(l.substr(0, 2), "  ") << l;
+    }
+    words += (words.empty() ? "" : " ") + l.substr(count > 0 ? 2 : 0);
+  }
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(words, line);
+  EXPECT_EQ(wrapped.back(), '\n');
+  EXPECT_EQ(mk::cli::wrap_info("short"), "short\n");
 }
 
 // What mk-chat and mk-run print about themselves fits a 120-column terminal (a path is as long as it is).

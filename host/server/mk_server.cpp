@@ -113,8 +113,9 @@ int run(int argc, char** argv) {
   const int port = server.bind();
   fmt::print(stderr, "mk-server: model {} (id \"{}\"), {} chat template\n", model_dir, config.model_id,
              engine->has_chat_template() ? std::string(engine->chat_template().format_name()) : "no");
-  fmt::print(stderr, "mk-server: backend {}{}\n", engine->backend_name(),
-             engine->on_gpu() ? "" : ": on the CPU, slow for real models");
+  fmt::print(stderr, "{}",
+             mk::cli::wrap_info(fmt::format("mk-server: backend {}{}", engine->backend_name(),
+                                            engine->on_gpu() ? "" : ": on the CPU, slow for real models")));
   fmt::print(stderr, "mk-server: context {} tokens, queue {}, body limit {} bytes, {}\n", engine->context_size(), config.queue_capacity,
              config.max_body_bytes, config.api_key.empty() ? "no API key" : "API key required");
   fmt::print(stderr, "mk-server: listening on http://{}:{}\n",

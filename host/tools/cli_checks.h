@@ -13,8 +13,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 
+#include "runtime/error.h"
 #include "runtime/limits.h"
 #include "runtime/model.h"
 #include "runtime/sampling.h"
@@ -65,6 +67,27 @@ inline CLI::Validator int_range(long long min, long long max) {
         return fmt::format("{} is not a whole number (expected one from {} to {})", input, min, max);
       },
       fmt::format("INT in [{} - {}]", min, max));
+}
+
+// An information line for a terminal of `width` columns: broken at spaces, continuation lines indented by
+// two, with a newline at the end (a GPU backend's name alone runs to ~180 characters).
+inline std::string wrap_info(std::string_view text, size_t width = 120) {
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view word = text.substr(at, end - at);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = "  ";
+    } else if (!line.empty()) {
+      line += ' ';
+    }
+    line += word;
+    at = end + 1;
+  }
+  return out + line + "\n";
 }
 
 // runtime/sampling.h's rule for --temp, --top-k, --top-p and --min-p, as a command-line error.

@@ -409,9 +409,9 @@ int run(int argc, char** argv) {
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   auto engine = mk::Engine::open(model_dir, options);
   if (engine->on_gpu())
-    fmt::print(stderr, "backend: {}\n", engine->backend_name());
+    fmt::print(stderr, "{}", mk::cli::wrap_info("backend: " + engine->backend_name()));
   else
-    fmt::print(stderr, "backend: {}: on the CPU, slow for real models\n", engine->backend_name());
+    fmt::print(stderr, "{}", mk::cli::wrap_info("backend: " + engine->backend_name() + ": on the CPU, slow for real models"));
   if (!engine->has_chat_template()) engine->chat_template();  // throws: says why there is none
 
   auto session = engine->create_session(mk::SessionOptions{system_prompt, {}});

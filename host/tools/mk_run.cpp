@@ -203,7 +203,7 @@ int run(int argc, char** argv) {
     opt.check_dependencies = false;
     backend = std::make_unique<mk::Emulator>(*model, opt);
   }
-  fmt::print(stderr, "backend: {}, context {} tokens\n", backend->name(), chosen.tokens);
+  fmt::print(stderr, "{}", mk::cli::wrap_info(fmt::format("backend: {}, context {} tokens", backend->name(), chosen.tokens)));
   g_backend = backend.get();
   std::signal(SIGINT, on_sigint);
 
