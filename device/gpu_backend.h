@@ -45,7 +45,7 @@ struct GpuOptions {
   // No workgroup progressing for this long: the launch is aborted (device/launch_abort.h) and generate()
   // throws HangError naming the stuck instructions. The kernel then has abort_grace_seconds to leave;
   // if it does, the backend is usable again (HangError::stopped()), else it is given up.
-  double watchdog_seconds = 10;
+  double watchdog_seconds = kDefaultWatchdogSeconds;
   double abort_grace_seconds = 5;
   bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()
   // With profile: the step of each launch (0 = the first) whose instructions are timestamped one by one

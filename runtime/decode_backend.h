@@ -47,6 +47,11 @@ class RequestError : public Error {
   using Error::Error;
 };
 
+// The GPU watchdog's limit: seconds in which no workgroup finishes an instruction before a launch counts
+// as hung (GpuOptions, EngineOptions, mk_model_options, --watchdog). Below a second, a busy or time-shared
+// GPU's ordinary pauses would count as hangs.
+inline constexpr double kDefaultWatchdogSeconds = 10, kMinWatchdogSeconds = 1, kMaxWatchdogSeconds = 86400;
+
 // A launch in which no workgroup could make progress: a deadlock of the schedule on the emulator, a hung
 // kernel on the GPU (the watchdog). The message names the stuck instructions and the counters they wait
 // for (runtime/schedule_diagnostics.h).

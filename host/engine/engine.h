@@ -65,8 +65,6 @@ enum class BackendChoice { Auto, Gpu, Emulator };
 
 // Far beyond any GPU's SM or CU count (MI300X: 304); more only make the schedule larger.
 inline constexpr int kMaxEmulatorWorkgroups = 4096;
-// The watchdog's limit: below a second a busy or time-shared GPU's ordinary pauses would count as hangs.
-inline constexpr double kMinWatchdogSeconds = 1, kMaxWatchdogSeconds = 86400;
 
 struct EngineOptions {
   BackendChoice backend = BackendChoice::Auto;  // Auto: the GPU when there is one, else the emulator
@@ -77,8 +75,9 @@ struct EngineOptions {
   // The emulator's virtual workgroups: the arithmetic does not depend on it; fewer is faster on a CPU.
   int emulator_workgroups = 16;
   // GPU: seconds without any workgroup finishing an instruction before a launch counts as hung and is
-  // stopped (GpuOptions::watchdog_seconds); kMinWatchdogSeconds to kMaxWatchdogSeconds.
-  double watchdog_seconds = 10;
+  // stopped (GpuOptions::watchdog_seconds); kMinWatchdogSeconds to kMaxWatchdogSeconds
+  // (runtime/decode_backend.h).
+  double watchdog_seconds = kDefaultWatchdogSeconds;
   // Load-time quantization of a bf16/fp16 checkpoint, the head included or not, and its progress
   // (runtime/model.h; a quantized checkpoint runs as stored without it).
   LoadOptions load;

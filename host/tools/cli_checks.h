@@ -16,6 +16,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "runtime/decode_backend.h"
 #include "runtime/error.h"
 #include "runtime/limits.h"
 #include "runtime/model.h"
@@ -24,10 +25,11 @@
 namespace mk::cli {
 
 // Exit statuses of every tool (docs/limits.md): 0 success, 1 an error, 2 a bad command-line argument,
-// 3 a hung GPU kernel; mk-chat -p exits 130 when Ctrl-C stopped the reply.
+// 3 a hung GPU kernel, 130 a reply that Ctrl-C stopped (mk-chat -p, mk-run).
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitHung = 3;
+inline constexpr int kExitInterrupted = 130;  // as a shell reports a process that SIGINT ended
 
 // A command-line value that parses but cannot be used (an empty prompt, two options that exclude each
 // other): reported like CLI11's own errors, with kExitUsage.
@@ -130,15 +132,15 @@ inline CLI::Option* add_seed_option(CLI::App& app, std::optional<uint64_t>& seed
 }
 
 // --watchdog SECONDS: how long a GPU launch may go without any workgroup finishing an instruction before
-// it is stopped as hung (host/engine/engine.h's bounds; the default is the engine's).
+// it is stopped as hung (runtime/decode_backend.h's bounds).
 inline CLI::Option* add_watchdog_option(CLI::App& app, double& seconds) {
   const CLI::Validator check(
       [](std::string& input) -> std::string {
         double value = 0;
         const char* end = input.data() + input.size();
         const auto [stop, ec] = std::from_chars(input.data(), end, value);
-        if (ec == std::errc() && stop == end && value >= 1 && value <= 86400) return {};
-        return fmt::format("{} is not a number of seconds from 1 to 86400", input);
+        if (ec == std::errc() && stop == end && value >= kMinWatchdogSeconds && value <= kMaxWatchdogSeconds) return {};
+        return fmt::format("{} is not a number of seconds from {} to {}", input, kMinWatchdogSeconds, kMaxWatchdogSeconds);
       },
       "");
   return app

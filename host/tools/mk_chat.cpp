@@ -421,7 +421,7 @@ int run(int argc, char** argv) {
   const auto r = reply(*session, prompt, params, /*one_shot=*/true);
   if (!r) return mk::cli::kExitError;
   print_reply_stats(*r, *session, true);
-  return r->stop == mk::StopReason::Cancelled ? 130 : 0;
+  return r->stop == mk::StopReason::Cancelled ? mk::cli::kExitInterrupted : 0;
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ int run(int argc, char** argv) {
                   s.decode_tokens_per_second() > 0 ? 1e3 / s.decode_tokens_per_second() : 0.0,
                   s.decode_tokens_per_second());
   fmt::print(print_text ? stderr : stdout, "{}{}\n", summary, seed ? "" : fmt::format(" (seed {})", sampling.seed));
-  return result.stop == mk::StopReason::Cancelled ? 130 : 0;
+  return result.stop == mk::StopReason::Cancelled ? mk::cli::kExitInterrupted : 0;
 }
 
 }  // namespace
