@@ -2,7 +2,8 @@
 //   X(Enum, name): Op::Enum in the schedule (runtime/schedule.h), "name" in diagnostics and profiles,
 //   device/ops/<name>.h   its spec (weights streamed, shared memory) and its kernel body (Enum##Op),
 //   host/emulator/ops/<name>.cpp   its CPU twin (emulate_<name>),
-//   runtime/schedule.cpp  where its instructions go in a step and what they wait for.
+//   runtime/recipe_<family>.cpp  its stage in an architecture's step recipe (runtime/step_recipe.h), which
+//                         the schedule lays out and the reference forward runs.
 // The kernel's dispatch, the weight stream, the host's shared-memory plan and the emulator's dispatch are
 // all generated from these lists.
 //

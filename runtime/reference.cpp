@@ -43,85 +43,132 @@ void apply_rope(float* head, int head_dim, const float* cos, const float* sin) {
   }
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float activate(Activation a, float x) {
+  switch (a) {
+    case Activation::SiLU: return x / (1.0f + std::exp(-x));
+  }
+  return x;
+}
 
 }  // namespace
 
 ReferenceModel::ReferenceModel(const Model& model, int context)
-    : model_(model), cfg_(model.config), context_(context), inv_freq_(rope_inv_freq(model.config)) {
+    : model_(model), cfg_(model.config), recipe_(build_step_recipe(model.config)), context_(context) {
   const size_t per_layer = size_t(context) * size_t(cfg_.kv_dim());
   k_cache_.assign(per_layer * size_t(cfg_.num_layers), 0.0f);
   v_cache_.assign(per_layer * size_t(cfg_.num_layers), 0.0f);
+  // RoPE frequencies per layer: each layer's base from the recipe, the scaling from the config.
+  for (const LayerRecipe& L : recipe_.layers) {
+    ModelConfig c = cfg_;
+    c.rope_theta = L.attention.rope_theta;
+    inv_freq_.push_back(rope_inv_freq(c));
+  }
 }
 
 std::vector<float> ReferenceModel::forward(int32_t token) {
   const auto& c = cfg_;
-  const auto& w = model_.weights;
   if (position_ >= context_) fail("reference: position {} is past the context of {} tokens", position_, context_);
   if (token < 0 || token >= c.vocab_size) fail("reference: token {} is outside the vocabulary [0, {})", token, c.vocab_size);
-  const int hd = c.head_dim, pos = position_;
-
-  Vec x(size_t(c.hidden_size));
-  for (int i = 0; i < c.hidden_size; ++i) x[size_t(i)] = w.embed.at(int64_t(token) * c.hidden_size + i);
-
-  Vec cos(size_t(hd / 2)), sin(size_t(hd / 2));
-  rope_cos_sin(inv_freq_, pos, cos.data(), sin.data());
-  const float scale = 1.0f / std::sqrt(float(hd));
-
-  for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& L = w.layers[size_t(l)];
-    // Attention block.
-    Vec xn = rms_norm(x.data(), c.hidden_size, L.attn_norm, c.rms_norm_eps);
-    Vec q = matvec(L.wq, xn, &L.bq), k = matvec(L.wk, xn, &L.bk), v = matvec(L.wv, xn, &L.bv);
-    for (int h = 0; h < c.num_heads; ++h) {
-      float* qh = q.data() + size_t(h) * size_t(hd);
-      if (c.qk_norm) std::copy_n(rms_norm(qh, hd, L.q_norm, c.rms_norm_eps).begin(), hd, qh);
-      apply_rope(qh, hd, cos.data(), sin.data());
-    }
-    for (int h = 0; h < c.num_kv_heads; ++h) {
-      float* kh = k.data() + size_t(h) * size_t(hd);
-      if (c.qk_norm) std::copy_n(rms_norm(kh, hd, L.k_norm, c.rms_norm_eps).begin(), hd, kh);
-      apply_rope(kh, hd, cos.data(), sin.data());
-    }
-    float* k_layer = k_cache_.data() + size_t(l) * size_t(context_) * size_t(c.kv_dim());
-    float* v_layer = v_cache_.data() + size_t(l) * size_t(context_) * size_t(c.kv_dim());
-    std::copy(k.begin(), k.end(), k_layer + size_t(pos) * size_t(c.kv_dim()));
-    std::copy(v.begin(), v.end(), v_layer + size_t(pos) * size_t(c.kv_dim()));
-
-    Vec attn(size_t(c.q_dim()), 0.0f);
-    for (int h = 0; h < c.num_heads; ++h) {
-      const int kvh = h / c.group_size();
-      const float* qh = q.data() + size_t(h) * size_t(hd);
-      Vec scores(size_t(pos) + 1);
-      for (int p = 0; p <= pos; ++p) {
-        const float* kp = k_layer + size_t(p) * size_t(c.kv_dim()) + size_t(kvh) * size_t(hd);
-        double dot = 0;
-        for (int d = 0; d < hd; ++d) dot += double(qh[d]) * kp[d];
-        scores[size_t(p)] = float(dot) * scale;
-      }
-      const float m = *std::max_element(scores.begin(), scores.end());
-      double denom = 0;
-      for (auto& s : scores) denom += (s = std::exp(s - m));
-      for (int p = 0; p <= pos; ++p) {
-        const float* vp = v_layer + size_t(p) * size_t(c.kv_dim()) + size_t(kvh) * size_t(hd);
-        const float prob = float(scores[size_t(p)] / denom);
-        for (int d = 0; d < hd; ++d) attn[size_t(h) * size_t(hd) + size_t(d)] += prob * vp[d];
-      }
-    }
-    Vec o = matvec(L.wo, attn);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
-
-    // MLP block: down(silu(gate(x)) * up(x)).
-    xn = rms_norm(x.data(), c.hidden_size, L.mlp_norm, c.rms_norm_eps);
-    Vec g = matvec(L.w_gate, xn), u = matvec(L.w_up, xn);
-    for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
-    Vec down = matvec(L.w_down, g);
-    for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
-  }
-
-  Vec xn = rms_norm(x.data(), c.hidden_size, w.final_norm, c.rms_norm_eps);
+  StepState state;
+  state.token = token;
+  for (const Stage& st : recipe_.first) run(st, -1, state);
+  for (int l = 0; l < c.num_layers; ++l)
+    for (const Stage& st : recipe_.layers[size_t(l)].step) run(st, l, state);
+  for (const Stage& st : recipe_.last) run(st, -1, state);
   ++position_;
-  return matvec(w.lm_head, xn);
+  return std::move(state.logits);
+}
+
+void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
+  const auto& c = cfg_;
+  const auto& w = model_.weights;
+  const int hd = c.head_dim, pos = position_;
+  switch (st.op) {
+    case Op::Embed:
+      s.x.assign(size_t(c.hidden_size), 0.0f);
+      for (int i = 0; i < c.hidden_size; ++i) s.x[size_t(i)] = w.embed.at(int64_t(s.token) * c.hidden_size + i);
+      return;
+    case Op::QKV: {
+      const LayerWeights& L = w.layers[size_t(layer)];
+      const LayerRecipe& R = recipe_.layers[size_t(layer)];
+      const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.attn_norm, R.norm_eps);
+      const bool bias = R.attention.qkv_bias;
+      s.q = matvec(L.wq, xn, bias ? &L.bq : nullptr);
+      s.k = matvec(L.wk, xn, bias ? &L.bk : nullptr);
+      s.v = matvec(L.wv, xn, bias ? &L.bv : nullptr);
+      return;
+    }
+    case Op::Attention: {
+      const LayerWeights& L = w.layers[size_t(layer)];
+      const LayerRecipe& R = recipe_.layers[size_t(layer)];
+      const LayerAttention& A = R.attention;
+      Vec cos(size_t(hd / 2)), sin(size_t(hd / 2));
+      rope_cos_sin(inv_freq_[size_t(layer)], pos, cos.data(), sin.data());
+      for (int h = 0; h < c.num_heads; ++h) {
+        float* qh = s.q.data() + size_t(h) * size_t(hd);
+        if (A.qk_norm) std::copy_n(rms_norm(qh, hd, L.q_norm, R.norm_eps).begin(), hd, qh);
+        apply_rope(qh, hd, cos.data(), sin.data());
+      }
+      for (int h = 0; h < c.num_kv_heads; ++h) {
+        float* kh = s.k.data() + size_t(h) * size_t(hd);
+        if (A.qk_norm) std::copy_n(rms_norm(kh, hd, L.k_norm, R.norm_eps).begin(), hd, kh);
+        apply_rope(kh, hd, cos.data(), sin.data());
+      }
+      float* k_layer = k_cache_.data() + size_t(layer) * size_t(context_) * size_t(c.kv_dim());
+      float* v_layer = v_cache_.data() + size_t(layer) * size_t(context_) * size_t(c.kv_dim());
+      std::copy(s.k.begin(), s.k.end(), k_layer + size_t(pos) * size_t(c.kv_dim()));
+      std::copy(s.v.begin(), s.v.end(), v_layer + size_t(pos) * size_t(c.kv_dim()));
+      // A sliding window of w positions: the last w, this one included.
+      const int first = A.window > 0 ? std::max(0, pos - A.window + 1) : 0;
+      s.attn.assign(size_t(c.q_dim()), 0.0f);
+      for (int h = 0; h < c.num_heads; ++h) {
+        const int kvh = h / c.group_size();
+        const float* qh = s.q.data() + size_t(h) * size_t(hd);
+        Vec scores(size_t(pos - first) + 1);
+        for (int p = first; p <= pos; ++p) {
+          const float* kp = k_layer + size_t(p) * size_t(c.kv_dim()) + size_t(kvh) * size_t(hd);
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += double(qh[d]) * kp[d];
+          scores[size_t(p - first)] = float(dot) * A.scale;
+        }
+        const float m = *std::max_element(scores.begin(), scores.end());
+        double denom = 0;
+        for (auto& sc : scores) denom += (sc = std::exp(sc - m));
+        for (int p = first; p <= pos; ++p) {
+          const float* vp = v_layer + size_t(p) * size_t(c.kv_dim()) + size_t(kvh) * size_t(hd);
+          const float prob = float(scores[size_t(p - first)] / denom);
+          for (int d = 0; d < hd; ++d) s.attn[size_t(h) * size_t(hd) + size_t(d)] += prob * vp[d];
+        }
+      }
+      return;
+    }
+    case Op::OProj: {
+      const Vec o = matvec(w.layers[size_t(layer)].wo, s.attn);
+      for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += o[i];
+      return;
+    }
+    case Op::GateUp: {
+      const LayerWeights& L = w.layers[size_t(layer)];
+      const LayerRecipe& R = recipe_.layers[size_t(layer)];
+      const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.mlp_norm, R.norm_eps);
+      s.h = matvec(L.w_gate, xn);
+      const Vec u = matvec(L.w_up, xn);
+      for (size_t i = 0; i < s.h.size(); ++i) s.h[i] = activate(R.activation, s.h[i]) * u[i];
+      return;
+    }
+    case Op::Down: {
+      const Vec down = matvec(w.layers[size_t(layer)].w_down, s.h);
+      for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += down[i];
+      return;
+    }
+    case Op::LMHead: {
+      const Vec xn = rms_norm(s.x.data(), c.hidden_size, w.final_norm, c.rms_norm_eps);
+      s.logits = matvec(w.lm_head, xn);
+      return;
+    }
+    case Op::Sample: return;  // the reference returns the logits; sampling is checked on its own
+    default: fail("reference: the token step has no stage of op {}", op_name(st.op));
+  }
 }
 
 }  // namespace mk

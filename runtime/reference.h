@@ -1,11 +1,13 @@
-// The CPU reference forward pass: plain fp32 math on the weights as loaded, one token at a time.
-// Written for clarity, not speed: it is the oracle the emulator and the GPU kernel are checked against.
+// The CPU reference forward pass: plain fp32 math on the weights as loaded, one token at a time, walking
+// the model's step recipe (runtime/step_recipe.h) stage by stage. Written for clarity, not speed: it is
+// the oracle the emulator and the GPU kernel are checked against.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "runtime/model.h"
+#include "runtime/step_recipe.h"
 
 namespace mk {
 
@@ -20,11 +22,19 @@ class ReferenceModel {
   void reset() { position_ = 0; }
 
  private:
+  // What the stages of one token step hand to each other (the recipe's buffers).
+  struct StepState {
+    int32_t token = 0;
+    std::vector<float> x, q, k, v, attn, h, logits;
+  };
+  void run(const Stage& stage, int layer, StepState& state);
+
   const Model& model_;
   const ModelConfig& cfg_;
+  StepRecipe recipe_;
   int context_;
   int position_ = 0;
-  std::vector<float> inv_freq_;
+  std::vector<std::vector<float>> inv_freq_;  // per layer
   std::vector<float> k_cache_, v_cache_;  // [layer][position][kv_dim], fp32
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "runtime/error.h"
+#include "runtime/step_recipe.h"
 
 namespace mk {
 
@@ -232,75 +233,79 @@ void add_wait(Instr& in, uint32_t counter, uint32_t per_step, uint32_t lag = 0) 
   in.waits[in.num_waits++] = Wait{counter, per_step, lag};
 }
 
-// The chunk steps (ChunkSchedule): per layer eight stages, each waiting for the whole previous one (the
-// first for the previous chunk's last stage): a chunk's stages are few and wide, so a barrier between
-// them costs little against their work, and every buffer a stage overwrites was last read by a stage
-// that the barriers order before it.
-ChunkSchedule build_chunk_schedule(const ModelConfig& c, int W, int C) {
+// Whether a row stage of `op` gets claimed rows: where asked for, every rank gets at least one row (the
+// smallest share is a late rank's) and every workgroup has an instruction before the stage to claim in.
+bool claims_rows(const ClaimedRows& cr, const Builder& b, Op op, uint32_t rows, int W) {
+  return (cr.ops & op_bit(op)) != 0 && b.every_list_started() && cr.row_start(rows, uint32_t(W) - 1, uint32_t(W)) < rows &&
+         cr.row_start(rows, 1, uint32_t(W)) > 0;
+}
+
+// The chunk steps (ChunkSchedule): each layer's chunk stages of the recipe, each waiting for the whole
+// previous one (the first for the previous chunk's last stage): a chunk's stages are few and wide, so a
+// barrier between them costs little against their work, and every buffer a stage overwrites was last
+// read by a stage that the barriers order before it.
+ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, int W, int C) {
   ChunkSchedule cs;
   cs.tokens = C;
   cs.attention_tokens = chunk_attention_tokens(c.group_size());
   Builder b(W);
   const uint32_t token_tiles = uint32_t((C + kChunkMatrixTokens - 1) / kChunkMatrixTokens);
   const uint32_t attention_tiles = uint32_t((C + cs.attention_tokens - 1) / cs.attention_tokens);
-  uint32_t prev_counter = 0, prev_count = 0;
+  uint32_t prev_counter = 0, prev_count = 0, first_stage_items = 0;
   bool first = true;
-  // One stage: its items wait for the previous stage (the first one: the previous chunk's last stage).
-  auto stage = [&](std::vector<Instr> items, const std::string& name) {
-    const uint32_t counter = b.counter(name);
-    for (Instr& in : items) {
-      in.signal = counter;
-      if (!first) add_wait(in, prev_counter, prev_count);
-    }
-    prev_count = uint32_t(items.size());
-    prev_counter = counter;
-    b.stage(std::move(items));
-    return counter;
-  };
-  auto token_blocks = [&](Op op, int l, uint16_t slot) {
+  // One stage's instructions, by its spread.
+  auto items_of = [&](const Stage& st, int l) {
     std::vector<Instr> v;
-    for (auto [t0, t1] : split_range(uint32_t(C), uint32_t(W))) {
-      Instr in = make(op, l, t0, t1, 0);
-      in.slot = slot;
-      v.push_back(in);
+    switch (st.spread) {
+      case Spread::ChunkTokens:
+        for (auto [t0, t1] : split_range(uint32_t(C), uint32_t(W))) {
+          Instr in = make(st.op, l, t0, t1, 0);
+          in.slot = st.slot;
+          v.push_back(in);
+        }
+        break;
+      case Spread::ChunkTiles:
+        for (uint32_t m = 0; m < token_tiles; ++m)
+          for (uint32_t n = 0; n < st.rows; n += st.tile_cols) {
+            Instr in = make(st.op, l, n, std::min(st.rows, n + st.tile_cols), 0);
+            in.slot = uint16_t(m);
+            v.push_back(in);
+          }
+        break;
+      case Spread::ChunkGroupTiles:
+        for (uint32_t m = 0; m < attention_tiles; ++m)
+          for (uint32_t g = 0; g < st.rows; ++g) {
+            Instr in = make(st.op, l, g, g + 1, 0);
+            in.slot = uint16_t(m);
+            v.push_back(in);
+          }
+        break;
+      default: fail("schedule: layer {} chunk stage '{}' is not laid out as a chunk step's", l, st.name);
     }
     return v;
   };
-  auto matrix_tiles = [&](Op op, int l, uint32_t cols, uint32_t tile_cols) {
-    std::vector<Instr> v;
-    for (uint32_t m = 0; m < token_tiles; ++m)
-      for (uint32_t n = 0; n < cols; n += tile_cols) {
-        Instr in = make(op, l, n, std::min(cols, n + tile_cols), 0);
-        in.slot = uint16_t(m);
-        v.push_back(in);
-      }
-    return v;
-  };
-  uint32_t final_counter = 0;
   for (int l = 0; l < c.num_layers; ++l) {
-    stage(token_blocks(Op::ChunkNorm, l, kAttentionNorm), fmt::format("chunk layer {} attention norm", l));
-    first = false;
-    stage(matrix_tiles(Op::ChunkQKV, l, uint32_t((c.group_size() + 2) * c.head_dim * c.num_kv_heads), kChunkMatrixCols),
-          fmt::format("chunk layer {} qkv", l));
-    stage(token_blocks(Op::ChunkRope, l, 0), fmt::format("chunk layer {} rope", l));
-    std::vector<Instr> att;
-    for (uint32_t m = 0; m < attention_tiles; ++m)
-      for (int g = 0; g < c.num_kv_heads; ++g) {
-        Instr in = make(Op::ChunkAttention, l, uint32_t(g), uint32_t(g) + 1, 0);
-        in.slot = uint16_t(m);
-        att.push_back(in);
+    const LayerRecipe& L = r.layers.at(size_t(l));
+    if (L.chunk.empty()) fail("schedule: layer {} has no chunk-step stages in its recipe", l);
+    for (const Stage& st : L.chunk) {
+      std::vector<Instr> items = items_of(st, l);
+      const uint32_t counter = b.counter(fmt::format("chunk layer {} {}", l, st.name));
+      for (Instr& in : items) {
+        in.signal = counter;
+        if (!first) add_wait(in, prev_counter, prev_count);
       }
-    stage(std::move(att), fmt::format("chunk layer {} attention", l));
-    stage(matrix_tiles(Op::ChunkOProj, l, uint32_t(c.hidden_size), kChunkMatrixCols), fmt::format("chunk layer {} o_proj", l));
-    stage(token_blocks(Op::ChunkNorm, l, kMlpNorm), fmt::format("chunk layer {} mlp norm", l));
-    stage(matrix_tiles(Op::ChunkGateUp, l, uint32_t(c.intermediate_size), kChunkMatrixCols / 2), fmt::format("chunk layer {} gate_up", l));
-    final_counter = stage(matrix_tiles(Op::ChunkDown, l, uint32_t(c.hidden_size), kChunkMatrixCols), fmt::format("chunk layer {} down", l));
+      if (first) first_stage_items = uint32_t(items.size());
+      first = false;
+      prev_count = uint32_t(items.size());
+      prev_counter = counter;
+      b.stage(std::move(items));
+    }
   }
   b.finish_flat(cs.instrs, cs.wg_begin, cs.counter_names, cs.instrs_per_chunk);
-  // The first stage (layer 0's attention norm) waits for the previous chunk's last stage.
+  // The first stage (layer 0's first) waits for the previous chunk's last stage.
   for (Instr& in : cs.instrs)
-    if (in.op == Op::ChunkNorm && in.layer == 0 && in.slot == kAttentionNorm) add_wait(in, final_counter, prev_count, 1);
-  cs.final_counter = final_counter;
+    if (in.seq < first_stage_items) add_wait(in, prev_counter, prev_count, 1);
+  cs.final_counter = prev_counter;
   cs.final_per_step = prev_count;
   return cs;
 }
@@ -311,7 +316,9 @@ bool attention_combine_once_default(const ModelConfig& c, int splits) {
   return size_t(c.q_dim()) * size_t(splits) * sizeof(float) >= 192 * 1024;
 }
 
-Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
+Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) { return build_schedule(build_step_recipe(c), c, p); }
+
+Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const ScheduleParams& p) {
   const int W = p.num_workgroups;
   if (W < 1) fail("schedule: need at least one workgroup (got {})", W);
   if (p.sync_domains < 1 || p.sync_domains > 32)
@@ -339,6 +346,8 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
     if (p.h_slice_cols > 0 && (p.claimed_ops & (op_bit(Op::GateUp) | op_bit(Op::Down))))
       fail("schedule: h slices count their producers from static gate_up rows: claimed gate_up or down rows cannot be combined with them");
   }
+  if (r.layers.size() != size_t(c.num_layers))
+    fail("schedule: the recipe has {} layers, the model {}", r.layers.size(), c.num_layers);
   Schedule s;
   s.num_workgroups = W;
   s.num_layers = c.num_layers;
@@ -350,32 +359,45 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
   Builder b(W);
   // Blocks of a row stage of `op`: one per workgroup, or Schedule::narrow_workgroups.
   auto blocks_of = [&](Op op) { return (s.narrow_ops & op_bit(op)) ? s.narrow_workgroups : W; };
+  // Slice-level dataflow over h (ScheduleParams::h_slice_cols) between the row stage that writes h and
+  // the one that reads it.
+  auto writes_h_slices = [&](const Stage& st) { return p.h_slice_cols > 0 && st.spread == Spread::Rows && st.writes == Buffer::H; };
+  auto reads_h_slices = [&](const Stage& st) { return p.h_slice_cols > 0 && st.spread == Spread::Rows && st.reads == Buffer::H; };
 
-  const uint32_t embed_done = b.counter("embed");
-  // Counters named per layer so that diagnostics can say what a workgroup waits for.
-  struct LayerCounters {
-    std::vector<uint32_t> qkv;  // per kv group
-    uint32_t attention, oproj, gateup, down;
-  };
-  std::vector<LayerCounters> lc(size_t(c.num_layers));
-  for (int l = 0; l < c.num_layers; ++l) {
-    if (p.stage_barriers) lc[size_t(l)].qkv.assign(size_t(groups), b.counter(fmt::format("layer {} qkv", l)));
-    else
-      for (int g = 0; g < groups; ++g) lc[size_t(l)].qkv.push_back(b.counter(fmt::format("layer {} qkv group {}", l, g)));
-    lc[size_t(l)].attention = b.counter(fmt::format("layer {} attention", l));
-    lc[size_t(l)].oproj = b.counter(fmt::format("layer {} o_proj", l));
-    if (p.h_slice_cols == 0) lc[size_t(l)].gateup = b.counter(fmt::format("layer {} gate_up", l));
-    lc[size_t(l)].down = b.counter(fmt::format("layer {} down", l));
-  }
-  // The h slices: one counter per layer and slice, all in one run (HSlices::counter).
-  const uint32_t N = uint32_t(c.intermediate_size);
-  const auto gateup_blocks = split_range(N, uint32_t(blocks_of(Op::GateUp)));
+  // Counters, named per stage (and per layer) so that diagnostics can say what a workgroup waits for:
+  // the stages before the layers, the layers' (a GroupRows stage one per kv group, or one shared with
+  // stage barriers; none for a stage that signals h slices), the h slices, the arrival and claim
+  // counters, then the stages after the layers.
+  std::vector<uint32_t> first_counters, last_counters;
+  for (const Stage& st : r.first) first_counters.push_back(b.counter(st.name));
+  std::vector<std::vector<std::vector<uint32_t>>> lc(size_t(c.num_layers));  // [layer][stage] -> counters
+  for (int l = 0; l < c.num_layers; ++l)
+    for (const Stage& st : r.layers[size_t(l)].step) {
+      std::vector<uint32_t> ids;
+      if (st.spread == Spread::GroupRows) {
+        if (p.stage_barriers) ids.assign(size_t(groups), b.counter(fmt::format("layer {} {}", l, st.name)));
+        else
+          for (int g = 0; g < groups; ++g) ids.push_back(b.counter(fmt::format("layer {} {} group {}", l, st.name, g)));
+      } else if (!writes_h_slices(st)) {
+        ids.push_back(b.counter(fmt::format("layer {} {}", l, st.name)));
+      }
+      lc[size_t(l)].push_back(std::move(ids));
+    }
+  // The h slices: one counter per layer and slice, all in one run (HSlices::counter). h's width and its
+  // producer's blocks are the layers' (the same in every layer: the recipe's first layer says).
   HSlices& hs = s.h_slices;
+  std::vector<std::pair<uint32_t, uint32_t>> h_blocks;
   if (p.h_slice_cols > 0) {
+    const Stage* producer = nullptr;
+    for (const Stage& st : r.layers.at(0).step)
+      if (writes_h_slices(st)) producer = &st;
+    if (producer == nullptr) fail("schedule: h slices asked for, but the recipe has no row stage that writes h");
+    const uint32_t N = producer->rows;
+    h_blocks = split_range(N, uint32_t(blocks_of(producer->op)));
     hs.cols = std::min(uint32_t(p.h_slice_cols), N);
     hs.count = (N + hs.cols - 1) / hs.cols;
     hs.producers.assign(hs.count, 0);
-    for (auto [r0, r1] : gateup_blocks)
+    for (auto [r0, r1] : h_blocks)
       for (uint32_t k = hs.first_touched(r0); k <= hs.last_touched(r1); ++k) ++hs.producers[k];
     for (int l = 0; l < c.num_layers; ++l)
       for (uint32_t k = 0; k < hs.count; ++k) {
@@ -403,117 +425,136 @@ Schedule build_schedule(const ModelConfig& c, const ScheduleParams& p) {
         if (l == 0 && op == ClaimedRows::kClaimableOps[0]) s.claimed_rows.first_counter = id;
       }
   }
-  const uint32_t lm_done = b.counter("lm_head");
-  s.sample_counter = b.counter("sample");
+  for (const Stage& st : r.last) last_counters.push_back(b.counter(st.name));
+  // The token the step reads is the last stage's: the step gate.
+  s.sample_counter = last_counters.back();
 
-  // Embed for this step waits for the previous step's Sample (lag 1: nothing to wait for at step 0).
-  Instr embed = make(Op::Embed, 0, 0, uint32_t(c.hidden_size), embed_done);
-  add_wait(embed, s.sample_counter, 1, 1);
-  b.pinned(embed, 0);
-
-  const uint32_t group_rows = uint32_t((c.group_size() + 2) * c.head_dim);
-  // At most one QKV block per workgroup (W / groups, rounded down): rounding up gave a few workgroups two
-  // blocks, and every attention item of their groups waited for them (docs/log.md, 2026-11-21, v12-v14).
-  const uint32_t blocks_per_group = std::max(1u, std::min(group_rows, uint32_t(blocks_of(Op::QKV) / groups)));
-  uint32_t prev_counter = embed_done, prev_count = 1;
-  for (int l = 0; l < c.num_layers; ++l) {
-    const auto& L = lc[size_t(l)];
-    std::vector<Instr> items;
-    for (int g = 0; g < groups; ++g)
-      for (auto [r0, r1] : split_range(group_rows, blocks_per_group)) {
-        Instr in = make(Op::QKV, l, uint32_t(g) * group_rows + r0, uint32_t(g) * group_rows + r1, L.qkv[size_t(g)]);
-        add_wait(in, prev_counter, prev_count);
-        items.push_back(in);
-      }
-    b.stage(std::move(items));
-
-    items = {};
-    for (int g = 0; g < groups; ++g)
-      for (int sp = 0; sp < s.attention_splits; ++sp) {
-        Instr in = make(Op::Attention, l, uint32_t(g), uint32_t(sp), L.attention);
-        // Dataflow: only this group's rows (stage barriers: all groups' rows, one shared counter).
-        add_wait(in, L.qkv[size_t(g)], blocks_per_group * (p.stage_barriers ? uint32_t(groups) : 1u));
-        items.push_back(in);
-      }
-    b.stage(std::move(items));
-    const uint32_t attention_items = uint32_t(groups * s.attention_splits);
-
-    // Claimed rows where asked for, every rank gets at least one row (the smallest share is a late
-    // rank's) and every workgroup has an instruction before the stage to claim in.
-    auto claims = [&](Op op, uint32_t rows) {
-      const ClaimedRows& cr = s.claimed_rows;
-      return (cr.ops & op_bit(op)) != 0 && b.every_list_started() &&
-             cr.row_start(rows, uint32_t(W) - 1, uint32_t(W)) < rows && cr.row_start(rows, 1, uint32_t(W)) > 0;
-    };
-    auto row_stage = [&](Op op, uint32_t rows, uint32_t signal, uint32_t wait_counter, uint32_t wait_count) {
+  // The stage before waits on (its counter and its instructions a step), and for a GroupRows stage the
+  // counters of its groups and the blocks of each.
+  uint32_t prev_counter = 0, prev_count = 0;
+  std::vector<uint32_t> prev_groups;
+  uint32_t prev_group_count = 0;
+  // A stage's instructions outside the layers: pinned, or a row block per workgroup with its slot.
+  auto head_stage = [&](const Stage& st, uint32_t signal, bool starts_step) {
+    if (st.spread == Spread::Pinned) {
+      Instr in = make(st.op, 0, 0, st.rows, signal);
+      // The step's first instruction waits for the previous step's token (lag 1: nothing to wait for at
+      // step 0).
+      if (starts_step) add_wait(in, s.sample_counter, 1, 1);
+      else add_wait(in, prev_counter, prev_count);
+      b.pinned(in, 0);
+      prev_count = 1;
+    } else if (st.spread == Spread::VocabRows) {
       std::vector<Instr> v;
-      if (claims(op, rows)) {
-        for (int w = 0; w < W; ++w) {
-          Instr in = make(op, l, 0, rows, signal);
-          in.flags = kClaimsRows;
-          add_wait(in, wait_counter, wait_count);
-          v.push_back(in);
-        }
-      } else {
-        for (auto [r0, r1] : split_range(rows, uint32_t(blocks_of(op)))) {
-          Instr in = make(op, l, r0, r1, signal);
-          add_wait(in, wait_counter, wait_count);
-          v.push_back(in);
-        }
+      uint32_t slot = 0;
+      for (auto [r0, r1] : split_range(st.rows, uint32_t(W))) {
+        Instr in = make(st.op, 0, r0, r1, signal);
+        in.slot = uint16_t(slot++);
+        add_wait(in, prev_counter, prev_count);
+        v.push_back(in);
       }
-      const uint32_t n = uint32_t(v.size());
+      s.lm_head_slots = int(slot);
       b.stage(std::move(v));
-      return n;
-    };
-    const uint32_t oproj_items = row_stage(Op::OProj, uint32_t(c.hidden_size), L.oproj, L.attention, attention_items);
-    uint32_t down_items = 0;
-    if (hs.count == 0) {
-      const uint32_t gateup_items = row_stage(Op::GateUp, N, L.gateup, L.oproj, oproj_items);
-      down_items = row_stage(Op::Down, uint32_t(c.hidden_size), L.down, L.gateup, gateup_items);
+      prev_count = slot;
     } else {
-      // Slice-level dataflow: each gate_up block signals the slices of h its rows touch, and each down
-      // block waits for every slice in turn, just before it reads it (the kernel's and the emulator's
-      // down ops), so a late gate_up block delays the slices it writes, not the whole stage.
-      items = {};
-      for (auto [r0, r1] : gateup_blocks) {
-        Instr in = make(Op::GateUp, l, r0, r1, hs.counter(l, hs.first_touched(r0)));
-        in.flags = kSignalsHSlices;
-        add_wait(in, L.oproj, oproj_items);
-        items.push_back(in);
-      }
-      b.stage(std::move(items));
-      items = {};
-      for (auto [r0, r1] : split_range(uint32_t(c.hidden_size), uint32_t(blocks_of(Op::Down)))) {
-        Instr in = make(Op::Down, l, r0, r1, L.down);
-        in.flags = kWaitsHSlices;
-        items.push_back(in);
-      }
-      down_items = uint32_t(items.size());
-      b.stage(std::move(items));
+      fail("schedule: stage '{}' before or after the layers must be pinned or a vocabulary row stage", st.name);
     }
-    prev_counter = L.down;
-    prev_count = down_items;
-  }
+    prev_counter = signal;
+  };
+  for (size_t k = 0; k < r.first.size(); ++k) head_stage(r.first[k], first_counters[k], k == 0);
 
-  std::vector<Instr> lm;
-  uint32_t slot = 0;
-  for (auto [r0, r1] : split_range(uint32_t(c.vocab_size), uint32_t(W))) {
-    Instr in = make(Op::LMHead, 0, r0, r1, lm_done);
-    in.slot = uint16_t(slot++);
-    add_wait(in, prev_counter, prev_count);
-    lm.push_back(in);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const auto& steps = r.layers[size_t(l)].step;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const Stage& st = steps[k];
+      const std::vector<uint32_t>& ids = lc[size_t(l)][k];
+      std::vector<Instr> items;
+      switch (st.spread) {
+        case Spread::GroupRows: {
+          // At most one block per workgroup (W / groups, rounded down): rounding up gave a few workgroups
+          // two blocks, and every attention item of their groups waited for them (docs/log.md,
+          // 2026-11-21, v12-v14).
+          const uint32_t group_rows = st.rows;
+          const uint32_t blocks_per_group = std::max(1u, std::min(group_rows, uint32_t(blocks_of(st.op) / groups)));
+          for (int g = 0; g < groups; ++g)
+            for (auto [r0, r1] : split_range(group_rows, blocks_per_group)) {
+              Instr in = make(st.op, l, uint32_t(g) * group_rows + r0, uint32_t(g) * group_rows + r1, ids[size_t(g)]);
+              add_wait(in, prev_counter, prev_count);
+              items.push_back(in);
+            }
+          b.stage(std::move(items));
+          prev_groups = ids;
+          prev_group_count = blocks_per_group * (p.stage_barriers ? uint32_t(groups) : 1u);
+          prev_counter = ids[0];
+          prev_count = blocks_per_group * uint32_t(groups);
+          break;
+        }
+        case Spread::GroupSplits: {
+          if (prev_groups.empty()) fail("schedule: layer {} stage '{}' needs a stage of kv-group rows before it", l, st.name);
+          for (int g = 0; g < groups; ++g)
+            for (int sp = 0; sp < s.attention_splits; ++sp) {
+              Instr in = make(st.op, l, uint32_t(g), uint32_t(sp), ids[0]);
+              // Dataflow: only this group's rows (stage barriers: all groups' rows, one shared counter).
+              add_wait(in, prev_groups[size_t(g)], prev_group_count);
+              items.push_back(in);
+            }
+          b.stage(std::move(items));
+          prev_groups.clear();
+          prev_counter = ids[0];
+          prev_count = uint32_t(groups * s.attention_splits);
+          break;
+        }
+        case Spread::Rows: {
+          if (writes_h_slices(st)) {
+            // Slice-level dataflow: each block of the stage that writes h signals the slices of h its rows
+            // touch, and each block of the stage that reads h waits for every slice in turn, just before it
+            // reads it (the kernel's and the emulator's down ops), so a late block delays the slices it
+            // writes, not the whole stage.
+            for (auto [r0, r1] : h_blocks) {
+              Instr in = make(st.op, l, r0, r1, hs.counter(l, hs.first_touched(r0)));
+              in.flags = kSignalsHSlices;
+              add_wait(in, prev_counter, prev_count);
+              items.push_back(in);
+            }
+            b.stage(std::move(items));
+            break;  // the next stage waits on the slices, not on a counter of this one
+          }
+          if (reads_h_slices(st)) {
+            for (auto [r0, r1] : split_range(st.rows, uint32_t(blocks_of(st.op)))) {
+              Instr in = make(st.op, l, r0, r1, ids[0]);
+              in.flags = kWaitsHSlices;
+              items.push_back(in);
+            }
+          } else if (claims_rows(s.claimed_rows, b, st.op, st.rows, W)) {
+            // Claimed rows: a block per workgroup spanning the stage (ClaimedRows).
+            for (int w = 0; w < W; ++w) {
+              Instr in = make(st.op, l, 0, st.rows, ids[0]);
+              in.flags = kClaimsRows;
+              add_wait(in, prev_counter, prev_count);
+              items.push_back(in);
+            }
+          } else {
+            for (auto [r0, r1] : split_range(st.rows, uint32_t(blocks_of(st.op)))) {
+              Instr in = make(st.op, l, r0, r1, ids[0]);
+              add_wait(in, prev_counter, prev_count);
+              items.push_back(in);
+            }
+          }
+          prev_counter = ids[0];
+          prev_count = uint32_t(items.size());
+          b.stage(std::move(items));
+          break;
+        }
+        default: fail("schedule: layer {} stage '{}' is not laid out as a token step's", l, st.name);
+      }
+    }
   }
-  s.lm_head_slots = int(slot);
-  b.stage(std::move(lm));
-
-  Instr sample = make(Op::Sample, 0, 0, uint32_t(c.vocab_size), s.sample_counter);
-  add_wait(sample, lm_done, slot);
-  b.pinned(sample, 0);
+  for (size_t k = 0; k < r.last.size(); ++k) head_stage(r.last[k], last_counters[k], false);
   s = b.finish(std::move(s), p.sync_domains);
   if (p.chunk_tokens < 0 || p.chunk_tokens > 65535 * kChunkMatrixTokens)
     fail("schedule: chunk steps of {} tokens (must be between 0 and {})", p.chunk_tokens, 65535 * kChunkMatrixTokens);
   if (p.chunk_tokens > 0) {
-    s.chunk = build_chunk_schedule(c, W, p.chunk_tokens);
+    s.chunk = build_chunk_schedule(r, c, W, p.chunk_tokens);
     s.chunk.first_line = s.step_counter_lines();
   }
   return s;

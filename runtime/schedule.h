@@ -1,5 +1,6 @@
 // The decode schedule: for one token step, the fused instructions each workgroup runs, in order, and what
-// each waits for. Built on the host; executed as data by the GPU kernel and by the CPU emulator.
+// each waits for. Built on the host by laying out the model's step recipe (runtime/step_recipe.h);
+// executed as data by the GPU kernel and by the CPU emulator.
 //
 // Synchronisation is by counters: an instruction signals (release-adds 1 to) one counter when it is done,
 // and before it starts waits (acquire) until each of its counters reaches per_step * (step + 1 - lag).
@@ -12,7 +13,7 @@
 // the flat counter's value, so the targets are the same; what changes is that each stripe receives only
 // its domain's release-adds. Every counter value (each stripe) lives on its own line: counter_line().
 //
-// One step, in canonical (sequential) order:
+// One step of the Llama family's recipe, in canonical (sequential) order:
 //   Embed                            x = embedding[token]                         (workgroup 0)
 //   per layer l:
 //     QKV      row blocks           qkv = (RMSNorm(x) * W_qkv + b); one block lies inside one kv group
@@ -268,7 +269,11 @@ struct Schedule {
   int workgroup_of(size_t index) const;
 };
 
+struct StepRecipe;  // runtime/step_recipe.h
+// Lays out a model's step recipe (runtime/step_recipe.h): the first form builds the recipe of the
+// config's architecture.
 Schedule build_schedule(const ModelConfig& config, const ScheduleParams& params);
+Schedule build_schedule(const StepRecipe& recipe, const ModelConfig& config, const ScheduleParams& params);
 // Whether a model's attention partials are combined once per kv group unless asked otherwise: where
 // every o_proj workgroup would read at least 192 KiB of partials with all S splits active (Llama-3.2-3B:
 // 24 heads of 128 x 16 splits; Llama-3.1-8B: 32 x 128 x 16, 256 KiB). Smaller models combine in o_proj:

@@ -1,0 +1,105 @@
+#include "runtime/step_recipe.h"
+
+#include <fmt/format.h>
+
+#include "runtime/error.h"
+
+namespace mk {
+
+const char* buffer_name(Buffer b) {
+  switch (b) {
+    case Buffer::Token: return "token";
+    case Buffer::Residual: return "residual";
+    case Buffer::QKV: return "qkv";
+    case Buffer::Attention: return "attention";
+    case Buffer::H: return "h";
+    case Buffer::Logits: return "logits";
+    case Buffer::ChunkNormed: return "chunk normed";
+    case Buffer::ChunkQKV: return "chunk qkv";
+    case Buffer::ChunkAttention: return "chunk attention";
+    case Buffer::ChunkH: return "chunk h";
+    case Buffer::ChunkResidual: return "chunk residual";
+  }
+  return "?";
+}
+
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::SiLU: return "silu";
+  }
+  return "?";
+}
+
+StepRecipe build_step_recipe(const ModelConfig& config) {
+  StepRecipe r;
+  switch (config.arch) {
+    case Arch::Llama:
+    case Arch::Mistral:
+    case Arch::Qwen2:
+    case Arch::Qwen3: r = llama_family_recipe(config); break;
+  }
+  check_step_recipe(r);
+  return r;
+}
+
+namespace {
+
+bool chunk_spread(Spread s) { return s == Spread::ChunkTokens || s == Spread::ChunkTiles || s == Spread::ChunkGroupTiles; }
+
+// The ops each spread lays out (the schedule builders' and the ops' assumptions about their instructions).
+bool op_fits_spread(Op op, Spread s) {
+  switch (s) {
+    case Spread::Pinned: return op == Op::Embed || op == Op::Sample;
+    case Spread::GroupRows: return op == Op::QKV;
+    case Spread::GroupSplits: return op == Op::Attention;
+    case Spread::Rows: return op == Op::OProj || op == Op::GateUp || op == Op::Down;
+    case Spread::VocabRows: return op == Op::LMHead;
+    case Spread::ChunkTokens: return op == Op::ChunkNorm || op == Op::ChunkRope;
+    case Spread::ChunkTiles: return op == Op::ChunkQKV || op == Op::ChunkOProj || op == Op::ChunkGateUp || op == Op::ChunkDown;
+    case Spread::ChunkGroupTiles: return op == Op::ChunkAttention;
+  }
+  return false;
+}
+
+}  // namespace
+
+void check_step_recipe(const StepRecipe& r) {
+  if (r.first.empty() || r.last.empty()) fail("step recipe: a token step needs a stage before the layers and one after them");
+  // The token step: one chain from the token back to the token.
+  Buffer have = Buffer::Token;
+  auto link = [&](const Stage& st, const std::string& where) {
+    if (chunk_spread(st.spread)) fail("step recipe: {} stage '{}' is laid out as a chunk step's", where, st.name);
+    if (!op_fits_spread(st.op, st.spread)) fail("step recipe: {} stage '{}' runs op {}, which its layout does not take", where, st.name, op_name(st.op));
+    if (st.reads != have)
+      fail("step recipe: {} stage '{}' reads the {} buffer, but the stage before it wrote {}", where, st.name, buffer_name(st.reads),
+           buffer_name(have));
+    have = st.writes;
+  };
+  for (const Stage& st : r.first) link(st, "the first");
+  if (have != Buffer::Residual) fail("step recipe: the stages before the layers end with {}, not the residual stream", buffer_name(have));
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    const LayerRecipe& L = r.layers[l];
+    if (L.step.empty()) fail("step recipe: layer {} has no token-step stages", l);
+    for (const Stage& st : L.step) link(st, fmt::format("layer {}", l));
+    if (have != Buffer::Residual) fail("step recipe: layer {} ends with the {} buffer, not the residual stream", l, buffer_name(have));
+    // A chunk step's layer: its own chain over the chunk's rows (none: the model has no chunk steps).
+    Buffer chunk_have = Buffer::ChunkResidual;
+    for (const Stage& st : L.chunk) {
+      if (!chunk_spread(st.spread)) fail("step recipe: layer {} chunk stage '{}' is laid out as a token step's", l, st.name);
+      if (!op_fits_spread(st.op, st.spread))
+        fail("step recipe: layer {} chunk stage '{}' runs op {}, which its layout does not take", l, st.name, op_name(st.op));
+      if (st.reads != chunk_have)
+        fail("step recipe: layer {} chunk stage '{}' reads the {} buffer, but the stage before it wrote {}", l, st.name,
+             buffer_name(st.reads), buffer_name(chunk_have));
+      chunk_have = st.writes;
+    }
+    if (chunk_have != Buffer::ChunkResidual)
+      fail("step recipe: layer {}'s chunk stages end with the {} buffer, not the chunk's residual rows", l, buffer_name(chunk_have));
+  }
+  for (const Stage& st : r.last) link(st, "the last");
+  if (have != Buffer::Token) fail("step recipe: a token step ends with the {} buffer, not the next token", buffer_name(have));
+  if (r.first.front().spread != Spread::Pinned || r.last.back().spread != Spread::Pinned)
+    fail("step recipe: a token step begins and ends on one workgroup (the token is read and written there)");
+}
+
+}  // namespace mk

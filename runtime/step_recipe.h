@@ -1,0 +1,106 @@
+// The step recipe: what one token step and one chunk step (prefill) of a model do, as data built once per
+// model from its config. The ordered stages of the layers and of the head, each with its op, its rows,
+// the decode buffers it reads and writes and the weights it streams; and the per-layer attention data.
+//
+// An architecture is one function that builds its recipe (runtime/recipe_<family>.cpp, chosen by
+// build_step_recipe). Everything that walks a step walks the recipe:
+//   - build_schedule and build_chunk_schedule (runtime/schedule.cpp) lay its stages out over the
+//     workgroups by each stage's Spread, and order them by the counters between consecutive stages;
+//   - the CPU reference forward (runtime/reference.cpp) runs its stages in order, in fp32.
+// The kernel and the emulator run the schedule's instructions by op (runtime/op_table.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/model.h"
+#include "runtime/model_config.h"
+#include "runtime/schedule.h"
+
+namespace mk {
+
+// The decode state stages hand to each other. A stage reads what the stage before it wrote (the recipe's
+// chain: check_step_recipe), so the counter between them is the only order a step needs.
+enum class Buffer : uint8_t {
+  Token,      // the step's input token (Sample's output, the next step's Embed's input)
+  Residual,   // x, the residual stream [hidden]
+  QKV,        // the layer's fused q, k, v rows, grouped by kv head [q_dim + 2 kv_dim]
+  Attention,  // attention's output (or its split partials) [q_dim]
+  H,          // the MLP's intermediate vector [intermediate]
+  Logits,     // the LM head's rows and per-block (max, argmax)
+  ChunkNormed,   // chunk steps: the chunk's normed residual rows [C, hidden]
+  ChunkQKV,      // chunk steps: q, k, v of the chunk [C, q_dim + 2 kv_dim]; the chunk's K/V in the cache after rope
+  ChunkAttention,  // chunk steps: attention's output [C, q_dim]
+  ChunkH,        // chunk steps: [C, intermediate]
+  ChunkResidual,  // chunk steps: the chunk's residual rows [C, hidden]
+};
+const char* buffer_name(Buffer b);
+
+// How a stage's work is cut into instructions (build_schedule, build_chunk_schedule).
+enum class Spread : uint8_t {
+  Pinned,       // one instruction on workgroup 0 (embed, sample)
+  GroupRows,    // row blocks, each inside one kv group's rows (qkv: `rows` rows per group)
+  GroupSplits,  // one instruction per kv group and split of the cache (attention); waits per kv group
+  Rows,         // contiguous row blocks, one per workgroup or per narrow workgroup (`rows` rows)
+  VocabRows,    // one row block per workgroup, each with its partial-argmax slot (lm_head)
+  ChunkTokens,  // the chunk's tokens split over the workgroups (a norm, rope)
+  ChunkTiles,   // token tiles x column tiles of `tile_cols` columns (`rows` output columns)
+  ChunkGroupTiles,  // attention's query-token tiles x kv groups
+};
+
+// The activation between the MLP's gate and up rows: h = act(gate) * up.
+enum class Activation : uint8_t { SiLU };
+const char* activation_name(Activation a);
+
+struct Stage {
+  Op op = Op::Embed;
+  Spread spread = Spread::Pinned;
+  std::string name;         // in counter names and diagnostics: "qkv", "attention norm"
+  uint32_t rows = 0;        // output rows (GroupRows: of one kv group; chunk matrix stages: output columns)
+  uint32_t tile_cols = 0;   // ChunkTiles: columns of one tile
+  uint16_t slot = 0;        // ChunkNorm: which norm (kAttentionNorm, kMlpNorm)
+  Buffer reads = Buffer::Residual;
+  Buffer writes = Buffer::Residual;
+  bool adds = false;        // adds its output to `writes` (the residual add) instead of overwriting it
+  // The weights it streams, as members of LayerWeights (a layer's stages) or of ModelWeights (the head's).
+  std::vector<TensorView LayerWeights::*> layer_weights;
+  std::vector<TensorView ModelWeights::*> model_weights;
+};
+
+// Attention's data for one layer.
+struct LayerAttention {
+  float rope_theta = 10000.0f;  // the base of its RoPE frequencies (scaling: ModelConfig::rope_scaling)
+  int window = 0;               // sliding window in positions; 0: global
+  float scale = 1.0f;           // scores are q.k * scale
+  bool qk_norm = false;         // RMSNorm per head on q and k (LayerWeights::q_norm, k_norm) before RoPE
+  bool qkv_bias = false;        // biases on q, k and v (LayerWeights::bq, bk, bv)
+};
+
+struct LayerRecipe {
+  std::vector<Stage> step;   // a token step's stages of this layer, in order
+  std::vector<Stage> chunk;  // a chunk step's
+  LayerAttention attention;
+  Activation activation = Activation::SiLU;
+  float norm_eps = 1e-5f;
+};
+
+struct StepRecipe {
+  std::vector<Stage> first;  // before the layers (embed)
+  std::vector<LayerRecipe> layers;
+  std::vector<Stage> last;   // after them (lm_head, sample)
+};
+
+// The recipe of a model's architecture (ModelConfig::arch). Checked (check_step_recipe).
+StepRecipe build_step_recipe(const ModelConfig& config);
+
+// The architectures' builders (one file each).
+StepRecipe llama_family_recipe(const ModelConfig& config);  // Llama, Mistral, Qwen2, Qwen3
+
+// Checks a recipe's chain: every stage reads what the stage before it wrote; a token step begins by
+// reading the token and ends by writing it; a chunk step's layer begins and ends with the chunk's
+// residual rows; the spreads fit the step (chunk spreads only in chunk stages) and the ops fit the
+// spreads. Throws mk::Error naming the layer and stage.
+void check_step_recipe(const StepRecipe& recipe);
+
+}  // namespace mk

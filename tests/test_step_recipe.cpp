@@ -1,0 +1,182 @@
+// The step recipe (runtime/step_recipe.h): its chain and weights for every architecture, the schedule
+// laid out from it, and the reference forward walking it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/reference.h"
+#include "runtime/schedule.h"
+#include "runtime/step_recipe.h"
+#include "tests/helpers/error_of.h"
+#include "tests/helpers/tiny_model.h"
+
+namespace mk {
+namespace {
+
+using ::testing::HasSubstr;
+using test::TinyModelSpec;
+using LW = LayerWeights;
+using MW = ModelWeights;
+
+const std::vector<TensorView LW::*> kAllLayerWeights = {&LW::attn_norm, &LW::wq, &LW::wk,       &LW::wv,   &LW::bq,
+                                                        &LW::bk,        &LW::bv, &LW::q_norm,   &LW::k_norm, &LW::wo,
+                                                        &LW::mlp_norm,  &LW::w_gate, &LW::w_up, &LW::w_down};
+
+// Every tensor a model has is streamed by exactly one stage of a token step, and none that it lacks.
+TEST(StepRecipe, EveryArchitectureNamesEachOfItsTensorsInExactlyOneTokenStepStage) {
+  for (Arch arch : {Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3}) {
+    SCOPED_TRACE(arch_name(arch));
+    TinyModelSpec spec;
+    spec.arch = arch;
+    const auto model = test::load_tiny_model(spec, "recipe-weights");
+    const StepRecipe r = build_step_recipe(model->config);
+    ASSERT_EQ(r.layers.size(), size_t(model->config.num_layers));
+    for (size_t l = 0; l < r.layers.size(); ++l) {
+      std::vector<TensorView LW::*> uses;
+      for (const Stage& st : r.layers[l].step) uses.insert(uses.end(), st.layer_weights.begin(), st.layer_weights.end());
+      for (auto m : kAllLayerWeights) {
+        const TensorView& t = model->weights.layers[l].*m;
+        EXPECT_EQ(std::count(uses.begin(), uses.end(), m), t.present() ? 1 : 0)
+            << "layer " << l << " tensor " << (t.present() ? t.name : "(absent)");
+      }
+    }
+    std::vector<TensorView MW::*> head_uses;
+    for (const auto* list : {&r.first, &r.last})
+      for (const Stage& st : *list) head_uses.insert(head_uses.end(), st.model_weights.begin(), st.model_weights.end());
+    for (auto m : {&MW::embed, &MW::final_norm, &MW::lm_head}) EXPECT_EQ(std::count(head_uses.begin(), head_uses.end(), m), 1);
+    // Each layer's attention data is the config's.
+    for (const LayerRecipe& L : r.layers) {
+      EXPECT_EQ(L.attention.qk_norm, arch == Arch::Qwen3);
+      EXPECT_EQ(L.attention.qkv_bias, arch == Arch::Qwen2);
+      EXPECT_FLOAT_EQ(L.attention.scale, 1.0f / std::sqrt(float(spec.head_dim)));
+      EXPECT_FLOAT_EQ(L.attention.rope_theta, model->config.rope_theta);
+    }
+  }
+}
+
+ModelConfig small_config() {
+  ModelConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 160;
+  c.max_position = 512;
+  return c;
+}
+
+TEST(StepRecipe, ABrokenChainIsRefusedNamingTheStage) {
+  const ModelConfig c = small_config();
+  StepRecipe r = build_step_recipe(c);
+  // o_proj right after qkv: it reads attention's output, which nothing wrote.
+  auto& steps = r.layers[1].step;
+  steps.erase(steps.begin() + 1);
+  EXPECT_THAT(test::error_of([&] { check_step_recipe(r); }),
+              HasSubstr("layer 1 stage 'o_proj' reads the attention buffer, but the stage before it wrote qkv"));
+
+  r = build_step_recipe(c);
+  r.layers[2].chunk.pop_back();  // the chunk's layer ends with h, not the residual rows
+  EXPECT_THAT(test::error_of([&] { check_step_recipe(r); }), HasSubstr("layer 2's chunk stages end with the chunk h buffer"));
+
+  r = build_step_recipe(c);
+  r.layers[0].step[2].spread = Spread::ChunkTiles;
+  EXPECT_THAT(test::error_of([&] { check_step_recipe(r); }), HasSubstr("layer 0 stage 'o_proj' is laid out as a chunk step's"));
+
+  r = build_step_recipe(c);
+  r.layers[0].step[0].op = Op::Down;  // a row stage's op where kv-group rows are laid out
+  EXPECT_THAT(test::error_of([&] { check_step_recipe(r); }), HasSubstr("layer 0 stage 'qkv' runs op down"));
+}
+
+// The ops of a schedule's instructions in canonical order, runs of one op collapsed: its stages.
+std::vector<std::pair<int, Op>> stages_of(const std::vector<Instr>& instrs) {
+  std::vector<Instr> sorted = instrs;
+  std::sort(sorted.begin(), sorted.end(), [](const Instr& a, const Instr& b) { return a.seq < b.seq; });
+  std::vector<std::pair<int, Op>> out;
+  for (const Instr& in : sorted)
+    if (out.empty() || out.back() != std::pair<int, Op>{in.layer, in.op}) out.emplace_back(in.layer, in.op);
+  return out;
+}
+
+TEST(StepRecipe, TheScheduleLaysOutTheRecipesStagesInItsOrder) {
+  const ModelConfig c = small_config();
+  StepRecipe r = build_step_recipe(c);
+  ScheduleParams p;
+  p.num_workgroups = 6;
+  p.chunk_tokens = 40;
+  std::vector<std::pair<int, Op>> expected = {{0, Op::Embed}};
+  for (int l = 0; l < c.num_layers; ++l)
+    for (Op op : {Op::QKV, Op::Attention, Op::OProj, Op::GateUp, Op::Down}) expected.emplace_back(l, op);
+  expected.emplace_back(0, Op::LMHead);
+  expected.emplace_back(0, Op::Sample);
+  const Schedule s = build_schedule(r, c, p);
+  EXPECT_EQ(stages_of(s.instrs), expected);
+  EXPECT_EQ(s.counter_names.size(), s.num_counters());
+  EXPECT_THAT(s.counter_names, ::testing::Contains("layer 2 gate_up"));
+
+  // A recipe whose layer 1 has no MLP: its schedule has no gate_up or down stage in layer 1, and the next
+  // layer's qkv waits for layer 1's o_proj, the stage before it.
+  auto& steps = r.layers[1].step;
+  steps.erase(steps.begin() + 3, steps.end());
+  auto& chunk = r.layers[1].chunk;
+  chunk.erase(chunk.begin() + 5, chunk.end());
+  check_step_recipe(r);
+  const Schedule cut = build_schedule(r, c, p);
+  expected.erase(std::find(expected.begin(), expected.end(), std::pair<int, Op>{1, Op::GateUp}),
+                 std::find(expected.begin(), expected.end(), std::pair<int, Op>{2, Op::QKV}));
+  EXPECT_EQ(stages_of(cut.instrs), expected);
+  const auto oproj = std::find(cut.counter_names.begin(), cut.counter_names.end(), "layer 1 o_proj");
+  ASSERT_NE(oproj, cut.counter_names.end());
+  for (const Instr& in : cut.instrs)
+    if (in.op == Op::QKV && in.layer == 2) {
+      EXPECT_EQ(in.waits[0].counter, uint32_t(oproj - cut.counter_names.begin()));
+    }
+  const std::vector<Op> chunk_layer = {Op::ChunkNorm,  Op::ChunkQKV,  Op::ChunkRope,   Op::ChunkAttention,
+                                       Op::ChunkOProj, Op::ChunkNorm, Op::ChunkGateUp, Op::ChunkDown};
+  std::vector<std::pair<int, Op>> chunk_expected;
+  for (int l = 0; l < c.num_layers; ++l)
+    for (size_t k = 0; k < (l == 1 ? 5 : chunk_layer.size()); ++k) chunk_expected.emplace_back(l, chunk_layer[k]);
+  EXPECT_EQ(stages_of(cut.chunk.instrs), chunk_expected);
+}
+
+// A one-layer model's last position with a sliding window of w positions sees only the last w tokens,
+// at relative positions RoPE makes position-free: the same logits as a model without the window fed
+// those w tokens alone.
+TEST(StepRecipe, TheReferenceWithASlidingWindowAttendsToTheLastWindowOfPositionsOnly) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Mistral;
+  spec.layers = 1;
+  spec.dtype = DType::F32;
+  const auto model = test::load_tiny_model(spec, "recipe-window");
+  const std::vector<int32_t> tokens = {5, 17, 3, 99, 42, 7, 150, 8, 61};
+  constexpr int kWindow = 4;
+
+  ReferenceModel full(*model, 64);
+  std::vector<float> unwindowed;
+  for (int32_t t : tokens) unwindowed = full.forward(t);
+
+  model->config.sliding_window = kWindow;
+  ReferenceModel windowed(*model, 64);
+  std::vector<float> got;
+  for (int32_t t : tokens) got = windowed.forward(t);
+
+  model->config.sliding_window = 0;
+  ReferenceModel tail(*model, 64);
+  std::vector<float> want;
+  for (size_t i = tokens.size() - kWindow; i < tokens.size(); ++i) want = tail.forward(tokens[i]);
+
+  ASSERT_EQ(got.size(), want.size());
+  float max_diff = 0, max_change = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+    max_change = std::max(max_change, std::fabs(unwindowed[i] - want[i]));
+  }
+  EXPECT_LT(max_diff, 1e-4f);
+  EXPECT_GT(max_change, 100 * max_diff) << "the window must change the logits for the check to mean anything";
+}
+
+}  // namespace
+}  // namespace mk
