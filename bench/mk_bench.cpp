@@ -304,8 +304,10 @@ int run(int argc, char** argv) {
       for (mk::Instr& in : s.instrs)
         if (in.op != mk::Op::Sample && in.op != mk::Op::Embed) in.num_waits = 0;
     };
-    model->config.eos_token_ids.clear();  // garbage logits must not stop a repetition early
   }
+  // Random weights (a preset) or timing only: the tokens are meaningless, and an EOS among them must not
+  // stop a timed run early (Gemma 3's EOS is id 1, which random weights pick).
+  if (no_waits || model_dir.empty()) model->config.eos_token_ids.clear();
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
   opt.profile = profile;
   opt.trace_step = trace_step;

@@ -22,6 +22,7 @@
 #include "runtime/host_memory.h"
 #include "runtime/limits.h"
 #include "runtime/rope.h"
+#include "runtime/step_recipe.h"
 #include "runtime/schedule.h"
 #include "runtime/quantize.h"
 #include "runtime/schedule_diagnostics.h"
@@ -131,7 +132,9 @@ class MonokernelBackend final : public GpuBackend {
     validate_model(cfg_);
     if (opt.context < 1 || opt.context > limits::kMaxPositions)
       fail("context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
-    if (cfg_.sliding_window > 0 && opt.context > cfg_.sliding_window)
+    // A window on every layer (Mistral, Qwen) is not applied by the chunk steps; windows on some layers
+    // (Gemma 3) come with token steps only.
+    if (cfg_.sliding_window > 0 && cfg_.sliding_layers.empty() && opt.context > cfg_.sliding_window)
       fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
     if (opt.workgroups < 0 || opt.workgroups > info_.sm_count)
       fail("workgroups must be between 1 and the GPU's {} SMs/CUs, or 0 for all (got {})", info_.sm_count, opt.workgroups);
@@ -315,7 +318,7 @@ class MonokernelBackend final : public GpuBackend {
       for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &stream_records_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
                               &qkv_, &att_o_, &att_ml_, &att_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
                               &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &chunk_tokens_, &chunk_x_,
-                              &chunk_qkv_, &chunk_act_, &chunk_q_, &chunk_h_})
+                              &chunk_qkv_, &chunk_act_, &chunk_q_, &chunk_h_, &layer_attention_, &projected_})
         b->abandon();
       channel_.abandon();
       return;
@@ -409,7 +412,24 @@ class MonokernelBackend final : public GpuBackend {
     upload(instrs_, schedule_.instrs, "the schedule");
     upload(stream_records_, stream_records(), "the schedule's weight-stream records");
     upload(wg_begin_, schedule_.wg_begin, "the schedule");
-    upload(rope_, rope_table(cfg_, opt_.context), "the RoPE table");
+    // Attention's per-layer data and a RoPE table per distinct RoPE of the layers, from the step recipe.
+    const StepRecipe recipe = build_step_recipe(cfg_);
+    const RopeKinds ropes = rope_kinds(recipe);
+    std::vector<float> rope;
+    for (const LayerAttention& a : ropes.kinds) {
+      const std::vector<float> table = rope_table(rope_inv_freq(cfg_.head_dim, a.rope_theta, a.rope_scaling), opt_.context);
+      rope.insert(rope.end(), table.begin(), table.end());
+    }
+    upload(rope_, rope, "the RoPE tables");
+    std::vector<dev::LayerAttentionParams> layer_attention;
+    for (size_t l = 0; l < recipe.layers.size(); ++l) {
+      const LayerRecipe& L = recipe.layers[l];
+      if (L.activation != recipe.layers[0].activation)
+        fail("model not supported by the GPU kernel: layer {}'s activation differs from layer 0's", l);
+      layer_attention.push_back({L.attention.window, L.attention.scale, ropes.of_layer[l], 0});
+    }
+    upload(layer_attention_, layer_attention, "attention's per-layer data");
+    if (layout_.has_post_norms) projected_.allocate(size_t(cfg_.hidden_size) * 4, "the projected rows of the post-norm layers");
     counters_.allocate(dev::counter_word(schedule_.counter_lines()) * sizeof(unsigned), "counters");
     if (!opt_.unit_domain.empty())
       upload(unit_domain_, std::vector<int16_t>(opt_.unit_domain.begin(), opt_.unit_domain.end()), "the sync-domain map");
@@ -481,6 +501,8 @@ class MonokernelBackend final : public GpuBackend {
     p.k_cache = k_cache_.as<uint16_t>();
     p.v_cache = v_cache_.as<uint16_t>();
     p.rope = rope_.as<float>();
+    p.layer_attention = layer_attention_.as<dev::LayerAttentionParams>();
+    p.projected = projected_.as<float>();
     p.tokens = tokens_.as<int32_t>();
     p.stop_flag = stop_flag_.as<uint32_t>();
     p.chunk_instrs = chunk_instrs_.as<Instr>();
@@ -698,7 +720,7 @@ class MonokernelBackend final : public GpuBackend {
   hipStream_t stream_ = nullptr;
   DeviceBuffer weights_, layers_, instrs_, stream_records_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, att_, h_, logits_,
       lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, chunk_instrs_, chunk_wg_begin_,
-      chunk_tokens_, chunk_x_, chunk_qkv_, chunk_act_, chunk_q_, chunk_h_;
+      chunk_tokens_, chunk_x_, chunk_qkv_, chunk_act_, chunk_q_, chunk_h_, layer_attention_, projected_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};

@@ -5,15 +5,25 @@
 
 #include "device/ops/ops.h"
 #include "runtime/error.h"
+#include "runtime/step_recipe.h"
 
 namespace mk::dev {
 
 ModelDims model_dims(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule) {
+  // Attention's data is uniform unless some layer's window, scale or RoPE differs from layer 0's.
+  const StepRecipe recipe = build_step_recipe(c);
+  const RopeKinds ropes = rope_kinds(recipe);
+  const LayerAttention& first = recipe.layers.at(0).attention;
+  bool per_layer = ropes.kinds.size() > 1;
+  for (const LayerRecipe& L : recipe.layers) per_layer |= L.attention.window != first.window || L.attention.scale != first.scale;
+  float act_linear = 1.0f, act_cubic = 0.0f;
+  mlp_activation_coefficients(c.activation, &act_linear, &act_cubic);
   return ModelDims{c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads,
                    c.head_dim, c.group_size(), c.vocab_size, layout.qkv_rows, layout.qkv_group_rows,
                    schedule.attention_splits, schedule.lm_head_slots, c.rms_norm_eps, c.qkv_bias,
                    c.qk_norm, layout.format, layout.head_format, schedule.combine_once.enabled,
-                   attention_split_positions_log2(c.head_dim)};
+                   attention_split_positions_log2(c.head_dim), act_linear, act_cubic, recipe.embed_scale,
+                   per_layer, first.window, first.scale};
 }
 
 size_t activation_smem_bytes(const Schedule& schedule, const ModelDims& d) {
@@ -148,8 +158,11 @@ MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, 
   MemoryNeed need;
   need.weights = layout.total_bytes;
   need.kv_cache = 2 * size_t(c.num_layers) * size_t(c.num_kv_heads) * size_t(context) * size_t(c.head_dim) * 2;
-  const size_t rope = size_t(context) * size_t(c.head_dim) * sizeof(float);
-  const size_t state = size_t(4 * (size_t(c.hidden_size) + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
+  // A RoPE table per distinct RoPE of the layers (Gemma 3: its sliding and its global layers').
+  const size_t rope_tables = rope_kinds(build_step_recipe(c)).kinds.size();
+  const size_t rope = rope_tables * size_t(context) * size_t(c.head_dim) * sizeof(float);
+  const size_t projected = layout.has_post_norms ? size_t(c.hidden_size) : 0;
+  const size_t state = size_t(4 * (size_t(c.hidden_size) + projected + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
                               8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2) +
                               (schedule.combine_once.enabled ? 4 * size_t(c.q_dim()) : 0));
   const size_t token_lists = schedule.instrs.size() * (sizeof(Instr) + sizeof(StreamRecord)) + schedule.wg_begin.size() * sizeof(uint32_t);

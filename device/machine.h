@@ -49,16 +49,21 @@ struct Machine {
   // Where o_proj / down keep the residual rows x[begin, end) they add to (after their activation data).
   __device__ float* residual_rows() const { return smem + gemv_residual_offset(p.dims); }
   // Thread t fetches residual row begin + t with the prologue's other loads (one round trip for all) and
-  // stores it after them; rows beyond the block size (tiny grids only) are copied afterwards.
+  // stores it after them; rows beyond the block size (tiny grids only) are copied afterwards. An
+  // instruction that writes the projected buffer instead (kWritesProjected: post-norm layers) adds its
+  // rows to zeros.
   __device__ float fetch_residual(const Instr& in) const {
-    return threadIdx.x < in.end - in.begin ? load_fresh(p.x + in.begin + threadIdx.x) : 0.f;
+    return threadIdx.x < in.end - in.begin && !(in.flags & kWritesProjected) ? load_fresh(p.x + in.begin + threadIdx.x) : 0.f;
   }
   __device__ void store_residual(const Instr& in, float fetched) const {
     float* res = residual_rows();
     const uint32_t rows = in.end - in.begin;
+    const bool projected = in.flags & kWritesProjected;
     if (threadIdx.x < rows) res[threadIdx.x] = fetched;
-    for (uint32_t i = threadIdx.x + kThreads; i < rows; i += kThreads) res[i] = load_fresh(p.x + in.begin + i);
+    for (uint32_t i = threadIdx.x + kThreads; i < rows; i += kThreads) res[i] = projected ? 0.f : load_fresh(p.x + in.begin + i);
   }
+  // Where o_proj / down write their rows: the residual stream, or the projected buffer (above).
+  __device__ float* output_rows(const Instr& in) const { return in.flags & kWritesProjected ? p.projected : p.x; }
 
   __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
   __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }

@@ -107,6 +107,10 @@ void fill_random_weights(uint8_t* image, const ModelConfig& c, const WeightLayou
     matrix(L.w_gate, I, H, in_h);
     matrix(L.w_up, I, H, in_h);
     matrix(L.w_down, H, I, in_i);
+    if (w.has_post_norms) {  // stored as the executors multiply by them (1 + w folded in), like the others
+      fill(L.post_attn_norm, H, true, 0.1f, 1.0f);
+      fill(L.post_mlp_norm, H, true, 0.1f, 1.0f);
+    }
   }
   fill(w.final_norm, H, true, 0.1f, 1.0f);
   if (!c.tie_word_embeddings) matrix_in(w.head_format, w.lm_head, uint64_t(c.vocab_size), H, in_h);

@@ -66,9 +66,20 @@ struct LayerWeights {
   TensorView bq, bk, bv;           // [q_dim|kv_dim]  (Qwen2 only)  self_attn.{q,k,v}_proj.bias
   TensorView q_norm, k_norm;       // [head_dim]      (Qwen3 only)  self_attn.{q,k}_norm.weight
   TensorView wo;                   // [hidden, q_dim]               self_attn.o_proj.weight
+  TensorView post_attn_norm;       // [hidden]        (Gemma 3)     post_attention_layernorm.weight
   TensorView mlp_norm;             // [hidden]                      post_attention_layernorm.weight
+                                   //                 (Gemma 3:     pre_feedforward_layernorm.weight)
   TensorView w_gate, w_up;         // [intermediate, hidden]        mlp.{gate,up}_proj.weight
   TensorView w_down;               // [hidden, intermediate]        mlp.down_proj.weight
+  TensorView post_mlp_norm;        // [hidden]        (Gemma 3)     post_feedforward_layernorm.weight
+
+  // Every member, present or not, as member pointers (for code that visits each tensor of a layer).
+  using Member = TensorView LayerWeights::*;
+  static constexpr Member kAll[] = {
+      &LayerWeights::attn_norm, &LayerWeights::wq,       &LayerWeights::wk,       &LayerWeights::wv,
+      &LayerWeights::bq,        &LayerWeights::bk,       &LayerWeights::bv,       &LayerWeights::q_norm,
+      &LayerWeights::k_norm,    &LayerWeights::wo,       &LayerWeights::post_attn_norm, &LayerWeights::mlp_norm,
+      &LayerWeights::w_gate,    &LayerWeights::w_up,     &LayerWeights::w_down,   &LayerWeights::post_mlp_norm};
 };
 
 struct ModelWeights {

@@ -1,7 +1,8 @@
 // config.json parsing for the supported Hugging Face decoder architectures. Defaults follow the
-// transformers config classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config), so a config
-// that omits a key means here what it means to transformers. Anything the runtime does not model
-// (other activations, rope types, biases, per-layer windows) is rejected rather than ignored.
+// transformers config classes (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config, Gemma3TextConfig), so
+// a config that omits a key means here what it means to transformers. Anything the runtime does not model
+// (other activations, rope types, biases, soft-capping, Qwen's per-layer windows) is rejected rather
+// than ignored.
 #include "runtime/model_config.h"
 
 #include <fmt/ranges.h>
@@ -36,6 +37,7 @@ constexpr ArchInfo kArchs[] = {
     {Arch::Mistral, "MistralForCausalLM", 4096 * 32},
     {Arch::Qwen2, "Qwen2ForCausalLM", 32768},
     {Arch::Qwen3, "Qwen3ForCausalLM", 32768},
+    {Arch::Gemma3, "Gemma3ForCausalLM", 131072},
 };
 
 const ArchInfo& arch_info(Arch a) {
@@ -188,8 +190,8 @@ void read_sizes(const Keys& k, ModelConfig& c) {
 void read_head_dim(const Keys& k, ModelConfig& c) {
   if (k.has("head_dim")) {
     c.head_dim = k.size("head_dim", limits::kMaxHeadDim);
-  } else if (c.arch == Arch::Qwen3) {
-    c.head_dim = 128;  // Qwen3Config's default; it is not derived from hidden_size there
+  } else if (c.arch == Arch::Qwen3 || c.arch == Arch::Gemma3) {
+    c.head_dim = c.arch == Arch::Qwen3 ? 128 : 256;  // the config classes' defaults, not derived from hidden_size
   } else {
     if (c.hidden_size % c.num_heads != 0)
       fail("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given", k.source(),
@@ -209,9 +211,18 @@ void read_head_dim(const Keys& k, ModelConfig& c) {
          c.num_heads, c.head_dim, q_dim, limits::kMaxAttentionWidth);
 }
 
-void check_activation(const Keys& k) {
+// Gemma 3 names its activation "hidden_activation" (default GELU-tanh); the others "hidden_act" (silu).
+void read_activation(const Keys& k, ModelConfig& c) {
+  if (c.arch == Arch::Gemma3) {
+    const std::string act = k.has("hidden_activation") ? k.string("hidden_activation") : "gelu_pytorch_tanh";
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+      fail("{}: unsupported activation 'hidden_activation': '{}' (supported: gelu_pytorch_tanh)", k.source(), act);
+    c.activation = Activation::GeluTanh;
+    return;
+  }
   std::string act = k.has("hidden_act") ? k.string("hidden_act") : "silu";
   if (act != "silu") fail("{}: unsupported activation 'hidden_act': '{}' (supported: silu)", k.source(), act);
+  c.activation = Activation::SiLU;
 }
 
 // A positive number that fits a float; `fallback` (if any) stands in for an absent key.
@@ -270,9 +281,79 @@ void read_rope(const Keys& k, ModelConfig& c) {
   fail("{}: unsupported rope scaling type '{}' in '{}' (supported: default, llama3)", k.source(), type, where);
 }
 
+// Gemma 3's RoPE: the global layers' base and scaling, and the sliding layers' own base (unscaled).
+// transformers 5 writes "rope_parameters": {"full_attention": {rope_type, rope_theta, factor},
+// "sliding_attention": {rope_type, rope_theta}}; 4.5x configs have rope_theta (default 1e6),
+// rope_local_base_freq (default 1e4) and rope_scaling (null, or linear with a factor).
+void read_gemma_rope(const Keys& k, ModelConfig& c) {
+  auto scaling_of = [&](const Keys& s, const std::string& where) {
+    const std::string type = s.has("rope_type") ? s.string("rope_type") : s.has("type") ? s.string("type") : "default";
+    RopeScaling r;
+    if (type == "default") return r;
+    if (type != "linear")
+      fail("{}: unsupported rope scaling type '{}' in '{}' (supported for Gemma 3: default, linear)", k.source(), type, where);
+    r.kind = RopeScaling::Kind::Linear;
+    r.factor = positive_number(s, "factor");
+    return r;
+  };
+  if (const json* params = k.optional_object("rope_parameters")) {
+    const Keys p(*params, k.source(), "rope_parameters.");
+    const json* full = p.optional_object("full_attention");
+    const json* sliding = p.optional_object("sliding_attention");
+    if (full == nullptr || sliding == nullptr)
+      fail("{}: 'rope_parameters' must hold 'full_attention' and 'sliding_attention' objects for Gemma 3", k.source());
+    const Keys f(*full, k.source(), "rope_parameters.full_attention.");
+    const Keys sl(*sliding, k.source(), "rope_parameters.sliding_attention.");
+    c.rope_theta = positive_number(f, "rope_theta", 1000000.0);
+    c.rope_scaling = scaling_of(f, "rope_parameters.full_attention");
+    c.sliding_rope_theta = positive_number(sl, "rope_theta", 10000.0);
+    if (scaling_of(sl, "rope_parameters.sliding_attention").kind != RopeScaling::Kind::None)
+      fail("{}: scaled RoPE on the sliding layers ('rope_parameters.sliding_attention') is not supported", k.source());
+    return;
+  }
+  c.rope_theta = positive_number(k, "rope_theta", 1000000.0);
+  c.sliding_rope_theta = positive_number(k, "rope_local_base_freq", 10000.0);
+  c.rope_scaling = RopeScaling{};
+  if (const json* scaling = k.optional_object("rope_scaling")) c.rope_scaling = scaling_of(Keys(*scaling, k.source(), "rope_scaling."), "rope_scaling");
+}
+
+// Gemma 3: sliding-window layers and global ones, from "layer_types" or, in configs without it, from
+// "sliding_window_pattern" (every pattern-th layer global: transformers' default 6); the window
+// (default 4096). The extras its layer has and the ones it does not model.
+void read_gemma_layers(const Keys& k, ModelConfig& c) {
+  c.sliding_window = k.optional_size("sliding_window", 4096, limits::kMaxPositions);
+  c.sliding_layers.assign(size_t(c.num_layers), 0);
+  if (k.has("layer_types")) {
+    const json& types = k.get("layer_types");
+    if (!types.is_array() || types.size() != size_t(c.num_layers))
+      fail("{}: 'layer_types' must be a list of {} strings (num_hidden_layers), found {}", k.source(), c.num_layers,
+           describe(types));
+    for (size_t l = 0; l < types.size(); ++l) {
+      if (types[l] != "sliding_attention" && types[l] != "full_attention")
+        fail("{}: 'layer_types[{}]' = {} (supported: \"sliding_attention\", \"full_attention\")", k.source(), l, describe(types[l]));
+      c.sliding_layers[l] = types[l] == "sliding_attention";
+    }
+  } else {
+    const int pattern = k.has("sliding_window_pattern") ? k.size("sliding_window_pattern", limits::kMaxLayers)
+                                                        : k.optional_size("_sliding_window_pattern", 6, limits::kMaxLayers);
+    for (int l = 0; l < c.num_layers; ++l) c.sliding_layers[size_t(l)] = (l + 1) % pattern != 0;
+  }
+  c.query_pre_attn_scalar = positive_number(k, "query_pre_attn_scalar", 256.0);
+  c.norm_weight_offset = 1.0f;
+  c.scaled_embedding = true;
+  c.post_norms = true;
+  c.qk_norm = true;
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (k.has(key)) fail("{}: '{}' = {} is not supported (logit soft-capping is not modelled)", k.source(), key, describe(k.get(key)));
+  if (k.optional_bool("attention_bias", false)) fail("{}: attention_bias=true is not supported for Gemma3ForCausalLM", k.source());
+  if (k.optional_bool("use_bidirectional_attention", false))
+    fail("{}: use_bidirectional_attention=true is not supported (decoding is causal)", k.source());
+}
+
 // Which attention extras each architecture has. Llama/Mistral attention_bias=true also adds an o_proj
 // bias, and Qwen3 attention_bias adds q/k/v/o biases; neither is modelled, so both are rejected.
 void read_attention_variant(const Keys& k, ModelConfig& c) {
+  if (c.arch == Arch::Gemma3) return;  // read_gemma_layers
   c.qkv_bias = c.arch == Arch::Qwen2;  // Qwen2 always has q/k/v biases and never an o_proj bias
   c.qk_norm = c.arch == Arch::Qwen3;
   if (c.arch != Arch::Qwen2 && k.optional_bool("attention_bias", false))
@@ -318,6 +399,7 @@ void read_sliding_window(const Keys& k, ModelConfig& c) {
     case Arch::Mistral: c.sliding_window = window_size(k); break;
     case Arch::Qwen2:
     case Arch::Qwen3: c.sliding_window = qwen_sliding_window(k, c); break;
+    case Arch::Gemma3: read_gemma_layers(k, c); break;
   }
 }
 
@@ -507,6 +589,14 @@ WeightQuantization read_quantization(const Keys& k) {
 
 const char* arch_name(Arch a) { return arch_info(a).hf_name; }
 
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::SiLU: return "silu";
+    case Activation::GeluTanh: return "gelu_pytorch_tanh";
+  }
+  return "?";
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
   const json j = parse_json_object(json_text, source);
   const Keys k(j, source);
@@ -514,10 +604,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.arch = parse_arch(j, source);
   read_sizes(k, c);
   read_head_dim(k, c);
-  check_activation(k);
-  c.rms_norm_eps = positive_number(k, "rms_norm_eps", 1e-6);  // 1e-6 in all four transformers configs
-  read_rope(k, c);
-  c.tie_word_embeddings = k.optional_bool("tie_word_embeddings", false);
+  read_activation(k, c);
+  c.rms_norm_eps = positive_number(k, "rms_norm_eps", 1e-6);  // 1e-6 in all the transformers configs
+  if (c.arch == Arch::Gemma3) read_gemma_rope(k, c);
+  else read_rope(k, c);
+  c.tie_word_embeddings = k.optional_bool("tie_word_embeddings", c.arch == Arch::Gemma3);  // Gemma3TextConfig ties
   read_attention_variant(k, c);
   read_sliding_window(k, c);
   c.eos_token_ids = k.token_ids("eos_token_id");

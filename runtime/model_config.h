@@ -8,12 +8,18 @@
 
 namespace mk {
 
-enum class Arch { Llama, Mistral, Qwen2, Qwen3 };
+enum class Arch { Llama, Mistral, Qwen2, Qwen3, Gemma3 };
 
 const char* arch_name(Arch a);  // the HF "architectures" string, e.g. "LlamaForCausalLM"
 
+// The activation between the MLP's gate and up rows: h = act(gate) * up. GeluTanh: GELU with the tanh
+// approximation (transformers' "gelu_pytorch_tanh").
+enum class Activation : uint8_t { SiLU, GeluTanh };
+const char* activation_name(Activation a);
+
 struct RopeScaling {
-  enum class Kind { None, Llama3 } kind = Kind::None;
+  // Linear: every inverse frequency divided by `factor` (transformers' "linear").
+  enum class Kind { None, Llama3, Linear } kind = Kind::None;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
@@ -60,10 +66,22 @@ struct ModelConfig {
   int head_dim = 0;      // from config when present, else hidden_size / num_heads
   int vocab_size = 0;
   int max_position = 0;  // max_position_embeddings
-  int sliding_window = 0;  // 0: none. Mistral-style windows are rejected for contexts beyond them.
+  // 0: none. With `sliding_layers` empty, every layer's window (Mistral, Qwen2/3: rejected for contexts
+  // beyond it); else the window of the layers marked there (Gemma 3), the others being global.
+  int sliding_window = 0;
+  std::vector<uint8_t> sliding_layers;  // per layer, 1: a sliding-window layer; empty: see sliding_window
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
+  float sliding_rope_theta = 0.0f;  // the sliding layers' RoPE base, unscaled (Gemma 3); 0: rope_theta and rope_scaling
+  Activation activation = Activation::SiLU;
+  // Gemma 3's layer: attention scores scaled by query_pre_attn_scalar^-0.5 (0: head_dim^-0.5); norms that
+  // scale by (norm_weight_offset + w); the embedding rows scaled by sqrt(hidden_size); and a norm on
+  // attention's and the MLP's outputs before each residual add (post_norms: four norms a layer).
+  float query_pre_attn_scalar = 0.0f;
+  float norm_weight_offset = 0.0f;
+  bool scaled_embedding = false;
+  bool post_norms = false;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // Qwen2: biases on q/k/v projections
   bool qk_norm = false;   // Qwen3: per-head RMSNorm on q and k before RoPE
@@ -75,6 +93,8 @@ struct ModelConfig {
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
   int group_size() const { return num_heads / num_kv_heads; }  // query heads per kv head
+  // Whether layer l attends through the sliding window (sliding_window, sliding_layers).
+  bool layer_slides(int l) const { return sliding_window > 0 && (sliding_layers.empty() || sliding_layers[size_t(l)] != 0); }
 };
 
 // Parses config.json (required) and generation_config.json (optional) in `dir`.

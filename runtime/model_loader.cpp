@@ -581,7 +581,13 @@ LayerWeights read_layer(const WeightFiles& files, const ModelConfig& c, int laye
     w.k_norm = files.get(p + "self_attn.k_norm.weight", s.head_norm());
   }
   w.wo = files.get_matrix(p + "self_attn.o_proj.weight", s.wo(), q, owned);
-  w.mlp_norm = files.get(p + "post_attention_layernorm.weight", s.hidden_vec());
+  if (c.post_norms) {  // Gemma 3: post_attention_layernorm normalises attention's output
+    w.post_attn_norm = files.get(p + "post_attention_layernorm.weight", s.hidden_vec());
+    w.mlp_norm = files.get(p + "pre_feedforward_layernorm.weight", s.hidden_vec());
+    w.post_mlp_norm = files.get(p + "post_feedforward_layernorm.weight", s.hidden_vec());
+  } else {
+    w.mlp_norm = files.get(p + "post_attention_layernorm.weight", s.hidden_vec());
+  }
   w.w_gate = files.get_matrix(p + "mlp.gate_proj.weight", s.up(), q, owned);
   w.w_up = files.get_matrix(p + "mlp.up_proj.weight", s.up(), q, owned);
   w.w_down = files.get_matrix(p + "mlp.down_proj.weight", s.down(), q, owned);
@@ -617,9 +623,7 @@ uint64_t Model::weight_bytes() const {
   };
   add(weights.embed);
   for (const LayerWeights& l : weights.layers)
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down})
-      add(*t);
+    for (auto member : LayerWeights::kAll) add(l.*member);
   add(weights.final_norm);
   if (weights.lm_head.data != weights.embed.data) add(weights.lm_head);  // tied: the same bytes, counted once
   return total;

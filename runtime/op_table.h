@@ -18,6 +18,7 @@
   X(OProj, o_proj)             \
   X(GateUp, gate_up)           \
   X(Down, down)                \
+  X(PostNorm, post_norm)       \
   X(LMHead, lm_head)           \
   X(Sample, sample)
 

@@ -8,87 +8,66 @@
 
 namespace mk {
 
-namespace {
-
-Stage stage(Op op, Spread spread, std::string name, uint32_t rows, Buffer reads, Buffer writes, bool adds = false) {
-  Stage s;
-  s.op = op;
-  s.spread = spread;
-  s.name = std::move(name);
-  s.rows = rows;
-  s.reads = reads;
-  s.writes = writes;
-  s.adds = adds;
-  return s;
-}
-
-}  // namespace
-
 StepRecipe llama_family_recipe(const ModelConfig& c) {
   using LW = LayerWeights;
-  using MW = ModelWeights;
   StepRecipe r;
-  Stage embed = stage(Op::Embed, Spread::Pinned, "embed", uint32_t(c.hidden_size), Buffer::Token, Buffer::Residual);
-  embed.model_weights = {&MW::embed};
-  r.first = {embed};
+  r.first = embed_stages(c);
 
   const uint32_t hidden = uint32_t(c.hidden_size), inter = uint32_t(c.intermediate_size);
   const uint32_t group_rows = uint32_t((c.group_size() + 2) * c.head_dim);
   LayerRecipe layer;
   layer.attention.rope_theta = c.rope_theta;
+  layer.attention.rope_scaling = c.rope_scaling;
   layer.attention.window = c.sliding_window;
   layer.attention.scale = 1.0f / std::sqrt(float(c.head_dim));
   layer.attention.qk_norm = c.qk_norm;
   layer.attention.qkv_bias = c.qkv_bias;
-  layer.activation = Activation::SiLU;
+  layer.activation = c.activation;
   layer.norm_eps = c.rms_norm_eps;
 
-  Stage qkv = stage(Op::QKV, Spread::GroupRows, "qkv", group_rows, Buffer::Residual, Buffer::QKV);
+  Stage qkv = make_stage(Op::QKV, Spread::GroupRows, "qkv", group_rows, Buffer::Residual, Buffer::QKV);
   qkv.layer_weights = {&LW::attn_norm, &LW::wq, &LW::wk, &LW::wv};
   if (c.qkv_bias) qkv.layer_weights.insert(qkv.layer_weights.end(), {&LW::bq, &LW::bk, &LW::bv});
-  Stage attention = stage(Op::Attention, Spread::GroupSplits, "attention", uint32_t(c.num_kv_heads), Buffer::QKV, Buffer::Attention);
+  Stage attention = make_stage(Op::Attention, Spread::GroupSplits, "attention", uint32_t(c.num_kv_heads), Buffer::QKV, Buffer::Attention);
   if (c.qk_norm) attention.layer_weights = {&LW::q_norm, &LW::k_norm};
-  Stage o_proj = stage(Op::OProj, Spread::Rows, "o_proj", hidden, Buffer::Attention, Buffer::Residual, true);
+  Stage o_proj = make_stage(Op::OProj, Spread::Rows, "o_proj", hidden, Buffer::Attention, Buffer::Residual, true);
   o_proj.layer_weights = {&LW::wo};
-  Stage gate_up = stage(Op::GateUp, Spread::Rows, "gate_up", inter, Buffer::Residual, Buffer::H);
+  Stage gate_up = make_stage(Op::GateUp, Spread::Rows, "gate_up", inter, Buffer::Residual, Buffer::H);
   gate_up.layer_weights = {&LW::mlp_norm, &LW::w_gate, &LW::w_up};
-  Stage down = stage(Op::Down, Spread::Rows, "down", hidden, Buffer::H, Buffer::Residual, true);
+  Stage down = make_stage(Op::Down, Spread::Rows, "down", hidden, Buffer::H, Buffer::Residual, true);
   down.layer_weights = {&LW::w_down};
   layer.step = {qkv, attention, o_proj, gate_up, down};
 
   // A chunk step's layer: the norms and rope are stages of their own (the matrix tiles read 16-bit
   // normed rows; rope writes the chunk's K/V into the cache before attention reads it).
-  Stage attention_norm = stage(Op::ChunkNorm, Spread::ChunkTokens, "attention norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
+  Stage attention_norm = make_stage(Op::ChunkNorm, Spread::ChunkTokens, "attention norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
   attention_norm.slot = kAttentionNorm;
   attention_norm.layer_weights = {&LW::attn_norm};
-  Stage chunk_qkv = stage(Op::ChunkQKV, Spread::ChunkTiles, "qkv", group_rows * uint32_t(c.num_kv_heads), Buffer::ChunkNormed, Buffer::ChunkQKV);
+  Stage chunk_qkv = make_stage(Op::ChunkQKV, Spread::ChunkTiles, "qkv", group_rows * uint32_t(c.num_kv_heads), Buffer::ChunkNormed, Buffer::ChunkQKV);
   chunk_qkv.tile_cols = kChunkMatrixCols;
   chunk_qkv.layer_weights = {&LW::wq, &LW::wk, &LW::wv};
   if (c.qkv_bias) chunk_qkv.layer_weights.insert(chunk_qkv.layer_weights.end(), {&LW::bq, &LW::bk, &LW::bv});
-  Stage rope = stage(Op::ChunkRope, Spread::ChunkTokens, "rope", 0, Buffer::ChunkQKV, Buffer::ChunkQKV);
+  Stage rope = make_stage(Op::ChunkRope, Spread::ChunkTokens, "rope", 0, Buffer::ChunkQKV, Buffer::ChunkQKV);
   if (c.qk_norm) rope.layer_weights = {&LW::q_norm, &LW::k_norm};
-  Stage chunk_attention = stage(Op::ChunkAttention, Spread::ChunkGroupTiles, "attention", uint32_t(c.num_kv_heads), Buffer::ChunkQKV,
+  Stage chunk_attention = make_stage(Op::ChunkAttention, Spread::ChunkGroupTiles, "attention", uint32_t(c.num_kv_heads), Buffer::ChunkQKV,
                                 Buffer::ChunkAttention);
-  Stage chunk_o_proj = stage(Op::ChunkOProj, Spread::ChunkTiles, "o_proj", hidden, Buffer::ChunkAttention, Buffer::ChunkResidual, true);
+  Stage chunk_o_proj = make_stage(Op::ChunkOProj, Spread::ChunkTiles, "o_proj", hidden, Buffer::ChunkAttention, Buffer::ChunkResidual, true);
   chunk_o_proj.tile_cols = kChunkMatrixCols;
   chunk_o_proj.layer_weights = {&LW::wo};
-  Stage mlp_norm = stage(Op::ChunkNorm, Spread::ChunkTokens, "mlp norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
+  Stage mlp_norm = make_stage(Op::ChunkNorm, Spread::ChunkTokens, "mlp norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
   mlp_norm.slot = kMlpNorm;
   mlp_norm.layer_weights = {&LW::mlp_norm};
   // A gate_up tile's columns are kChunkMatrixCols / 2 columns of h: a gate and an up row each.
-  Stage chunk_gate_up = stage(Op::ChunkGateUp, Spread::ChunkTiles, "gate_up", inter, Buffer::ChunkNormed, Buffer::ChunkH);
+  Stage chunk_gate_up = make_stage(Op::ChunkGateUp, Spread::ChunkTiles, "gate_up", inter, Buffer::ChunkNormed, Buffer::ChunkH);
   chunk_gate_up.tile_cols = kChunkMatrixCols / 2;
   chunk_gate_up.layer_weights = {&LW::w_gate, &LW::w_up};
-  Stage chunk_down = stage(Op::ChunkDown, Spread::ChunkTiles, "down", hidden, Buffer::ChunkH, Buffer::ChunkResidual, true);
+  Stage chunk_down = make_stage(Op::ChunkDown, Spread::ChunkTiles, "down", hidden, Buffer::ChunkH, Buffer::ChunkResidual, true);
   chunk_down.tile_cols = kChunkMatrixCols;
   chunk_down.layer_weights = {&LW::w_down};
   layer.chunk = {attention_norm, chunk_qkv, rope, chunk_attention, chunk_o_proj, mlp_norm, chunk_gate_up, chunk_down};
   r.layers.assign(size_t(c.num_layers), layer);
 
-  Stage lm_head = stage(Op::LMHead, Spread::VocabRows, "lm_head", uint32_t(c.vocab_size), Buffer::Residual, Buffer::Logits);
-  lm_head.model_weights = {&MW::final_norm, &MW::lm_head};
-  Stage sample = stage(Op::Sample, Spread::Pinned, "sample", uint32_t(c.vocab_size), Buffer::Logits, Buffer::Token);
-  r.last = {lm_head, sample};
+  r.last = head_stages(c);
   return r;
 }
 

@@ -11,13 +11,14 @@ namespace {
 
 using Vec = std::vector<float>;
 
-// out = norm(x) * weight, with RMSNorm as in HF: x / sqrt(mean(x^2) + eps).
-Vec rms_norm(const float* x, int n, const TensorView& weight, float eps) {
+// out = norm(x) * (offset + weight), with RMSNorm as in HF: x / sqrt(mean(x^2) + eps); Gemma's norms
+// scale by (1 + weight).
+Vec rms_norm(const float* x, int n, const TensorView& weight, float eps, float offset) {
   double sum_sq = 0;
   for (int i = 0; i < n; ++i) sum_sq += double(x[i]) * x[i];
   const float inv = float(1.0 / std::sqrt(sum_sq / n + double(eps)));
   Vec out(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) out[size_t(i)] = x[i] * inv * weight.at(i);
+  for (int i = 0; i < n; ++i) out[size_t(i)] = x[i] * inv * (offset + weight.at(i));
   return out;
 }
 
@@ -46,6 +47,7 @@ void apply_rope(float* head, int head_dim, const float* cos, const float* sin) {
 float activate(Activation a, float x) {
   switch (a) {
     case Activation::SiLU: return x / (1.0f + std::exp(-x));
+    case Activation::GeluTanh: return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
   }
   return x;
 }
@@ -59,9 +61,7 @@ ReferenceModel::ReferenceModel(const Model& model, int context)
   v_cache_.assign(per_layer * size_t(cfg_.num_layers), 0.0f);
   // RoPE frequencies per layer: each layer's base from the recipe, the scaling from the config.
   for (const LayerRecipe& L : recipe_.layers) {
-    ModelConfig c = cfg_;
-    c.rope_theta = L.attention.rope_theta;
-    inv_freq_.push_back(rope_inv_freq(c));
+    inv_freq_.push_back(rope_inv_freq(cfg_.head_dim, L.attention.rope_theta, L.attention.rope_scaling));
   }
 }
 
@@ -79,6 +79,14 @@ std::vector<float> ReferenceModel::forward(int32_t token) {
   return std::move(state.logits);
 }
 
+void ReferenceModel::residual_or_projected(const Stage& st, std::vector<float> out, StepState& s) {
+  if (!st.adds) {
+    s.projected = std::move(out);
+    return;
+  }
+  for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += out[i];
+}
+
 void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
   const auto& c = cfg_;
   const auto& w = model_.weights;
@@ -86,12 +94,12 @@ void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
   switch (st.op) {
     case Op::Embed:
       s.x.assign(size_t(c.hidden_size), 0.0f);
-      for (int i = 0; i < c.hidden_size; ++i) s.x[size_t(i)] = w.embed.at(int64_t(s.token) * c.hidden_size + i);
+      for (int i = 0; i < c.hidden_size; ++i) s.x[size_t(i)] = w.embed.at(int64_t(s.token) * c.hidden_size + i) * recipe_.embed_scale;
       return;
     case Op::QKV: {
       const LayerWeights& L = w.layers[size_t(layer)];
       const LayerRecipe& R = recipe_.layers[size_t(layer)];
-      const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.attn_norm, R.norm_eps);
+      const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.attn_norm, R.norm_eps, recipe_.norm_weight_offset);
       const bool bias = R.attention.qkv_bias;
       s.q = matvec(L.wq, xn, bias ? &L.bq : nullptr);
       s.k = matvec(L.wk, xn, bias ? &L.bk : nullptr);
@@ -106,12 +114,12 @@ void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
       rope_cos_sin(inv_freq_[size_t(layer)], pos, cos.data(), sin.data());
       for (int h = 0; h < c.num_heads; ++h) {
         float* qh = s.q.data() + size_t(h) * size_t(hd);
-        if (A.qk_norm) std::copy_n(rms_norm(qh, hd, L.q_norm, R.norm_eps).begin(), hd, qh);
+        if (A.qk_norm) std::copy_n(rms_norm(qh, hd, L.q_norm, R.norm_eps, recipe_.norm_weight_offset).begin(), hd, qh);
         apply_rope(qh, hd, cos.data(), sin.data());
       }
       for (int h = 0; h < c.num_kv_heads; ++h) {
         float* kh = s.k.data() + size_t(h) * size_t(hd);
-        if (A.qk_norm) std::copy_n(rms_norm(kh, hd, L.k_norm, R.norm_eps).begin(), hd, kh);
+        if (A.qk_norm) std::copy_n(rms_norm(kh, hd, L.k_norm, R.norm_eps, recipe_.norm_weight_offset).begin(), hd, kh);
         apply_rope(kh, hd, cos.data(), sin.data());
       }
       float* k_layer = k_cache_.data() + size_t(layer) * size_t(context_) * size_t(c.kv_dim());
@@ -142,27 +150,26 @@ void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
       }
       return;
     }
-    case Op::OProj: {
-      const Vec o = matvec(w.layers[size_t(layer)].wo, s.attn);
-      for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += o[i];
+    case Op::OProj: return residual_or_projected(st, matvec(w.layers[size_t(layer)].wo, s.attn), s);
+    case Op::PostNorm: {
+      const LayerWeights& L = w.layers[size_t(layer)];
+      const Vec n = rms_norm(s.projected.data(), c.hidden_size, st.slot == kAttentionNorm ? L.post_attn_norm : L.post_mlp_norm,
+                             recipe_.layers[size_t(layer)].norm_eps, recipe_.norm_weight_offset);
+      for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += n[i];
       return;
     }
     case Op::GateUp: {
       const LayerWeights& L = w.layers[size_t(layer)];
       const LayerRecipe& R = recipe_.layers[size_t(layer)];
-      const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.mlp_norm, R.norm_eps);
+      const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.mlp_norm, R.norm_eps, recipe_.norm_weight_offset);
       s.h = matvec(L.w_gate, xn);
       const Vec u = matvec(L.w_up, xn);
       for (size_t i = 0; i < s.h.size(); ++i) s.h[i] = activate(R.activation, s.h[i]) * u[i];
       return;
     }
-    case Op::Down: {
-      const Vec down = matvec(w.layers[size_t(layer)].w_down, s.h);
-      for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += down[i];
-      return;
-    }
+    case Op::Down: return residual_or_projected(st, matvec(w.layers[size_t(layer)].w_down, s.h), s);
     case Op::LMHead: {
-      const Vec xn = rms_norm(s.x.data(), c.hidden_size, w.final_norm, c.rms_norm_eps);
+      const Vec xn = rms_norm(s.x.data(), c.hidden_size, w.final_norm, c.rms_norm_eps, recipe_.norm_weight_offset);
       s.logits = matvec(w.lm_head, xn);
       return;
     }

@@ -25,9 +25,11 @@ class ReferenceModel {
   // What the stages of one token step hand to each other (the recipe's buffers).
   struct StepState {
     int32_t token = 0;
-    std::vector<float> x, q, k, v, attn, h, logits;
+    std::vector<float> x, q, k, v, attn, h, projected, logits;
   };
   void run(const Stage& stage, int layer, StepState& state);
+  // A row stage's output: added to the residual stream, or kept for the post-norm stage after it.
+  static void residual_or_projected(const Stage& stage, std::vector<float> out, StepState& state);
 
   const Model& model_;
   const ModelConfig& cfg_;

@@ -4,17 +4,21 @@
 
 namespace mk {
 
-std::vector<float> rope_inv_freq(const ModelConfig& c) {
-  const int half = c.head_dim / 2;
+std::vector<float> rope_inv_freq(const ModelConfig& c) { return rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling); }
+
+std::vector<float> rope_inv_freq(int head_dim, float theta, const RopeScaling& scaling) {
+  const int half = head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
   for (int i = 0; i < half; ++i) {
     // HF: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in float32.
-    float exponent = float(2 * i) / float(c.head_dim);
-    inv[size_t(i)] = 1.0f / std::pow(c.rope_theta, exponent);
+    float exponent = float(2 * i) / float(head_dim);
+    inv[size_t(i)] = 1.0f / std::pow(theta, exponent);
   }
-  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
+  if (scaling.kind == RopeScaling::Kind::Linear)
+    for (auto& f : inv) f /= scaling.factor;  // transformers' _compute_linear_scaling_rope_parameters
+  if (scaling.kind == RopeScaling::Kind::Llama3) {
     // transformers' _compute_llama3_parameters.
-    const auto& s = c.rope_scaling;
+    const auto& s = scaling;
     const float old_len = float(s.original_max_position);
     const float low_freq_wavelen = old_len / s.low_freq_factor;
     const float high_freq_wavelen = old_len / s.high_freq_factor;
@@ -40,8 +44,9 @@ void rope_cos_sin(const std::vector<float>& inv_freq, int position, float* out_c
   }
 }
 
-std::vector<float> rope_table(const ModelConfig& config, int context) {
-  const auto inv = rope_inv_freq(config);
+std::vector<float> rope_table(const ModelConfig& config, int context) { return rope_table(rope_inv_freq(config), context); }
+
+std::vector<float> rope_table(const std::vector<float>& inv, int context) {
   const size_t half = inv.size();
   std::vector<float> table(size_t(context) * half * 2);
   float* cos_part = table.data();

@@ -61,6 +61,9 @@ inline constexpr uint8_t kSignalsHSlices = 1, kWaitsHSlices = 2;
 // kClaimsRows: a block of a stage with run-time claimed rows (Schedule::claimed_rows): its [begin, end)
 // is the whole stage's, of which it runs the share of the rank its workgroup claimed.
 inline constexpr uint8_t kClaimsRows = 4;
+// kWritesProjected: an o_proj or down block of a post-norm layer (its recipe stage does not add): it
+// writes its rows to the projected buffer, which the post_norm stage after it normalises and adds to x.
+inline constexpr uint8_t kWritesProjected = 8;
 
 struct Instr {
   Op op = Op::Embed;
@@ -70,10 +73,10 @@ struct Instr {
   // ChunkRope: the chunk's tokens [begin, end); the matrix ops: output columns [begin, end);
   // ChunkAttention: begin = kv group.
   uint32_t begin = 0, end = 0;
-  // LMHead: its partial-argmax slot. Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
+  // LMHead: its partial-argmax slot. PostNorm: which norm (kAttentionNorm, kMlpNorm). Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
   // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm: which norm (kAttentionNorm, kMlpNorm).
   uint16_t slot = 0;
-  uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices, kClaimsRows
+  uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices, kClaimsRows, kWritesProjected
   uint8_t reserved = 0;
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
@@ -135,7 +138,7 @@ inline int chunked_prompt_tokens(int chunk_tokens, int ingest) {
 }
 // Chunk-step tokens: `requested` (-1: the default, 1,024; 0: none), capped at the context; checked.
 int plan_chunk_tokens(int requested, int context);
-// The same where the model has chunk steps (bf16 or f16 layers; hidden, q_dim and intermediate sizes
+// The same where the model has chunk steps (its recipe has chunk stages; bf16 or f16 layers; hidden, q_dim and intermediate sizes
 // multiples of 32; head_dim a multiple of 16, at most 128), else 0, or, if chunk steps were asked for
 // explicitly (requested > 0), an error naming the reason. The GPU kernel and the emulator both plan so.
 int plan_chunk_steps(const ModelConfig& c, MatrixFormat layers, int requested, int context);
@@ -335,6 +338,20 @@ MK_HD_INLINE void attention_split_range(int n, int S, int split_positions_log2, 
   *p0 = first < n ? first : n;
   *p1 = first + chunk < n ? first + chunk : n;
   if (*p1 < *p0) *p1 = *p0;
+}
+
+// The positions a layer attends to at position `pos`: [attention_first_position, pos], the last `window`
+// of them (0: all). A sliding layer's splits cut that range, so they stay on its window. Shared by the
+// emulator and the GPU kernel.
+MK_HD_INLINE int attention_first_position(int pos, int window) { return window > 0 && pos + 1 > window ? pos + 1 - window : 0; }
+MK_HD_INLINE void attention_window_split_range(int pos, int window, int S, int split_positions_log2, int split, int* p0, int* p1) {
+  const int first = attention_first_position(pos, window);
+  attention_split_range(pos + 1 - first, S, split_positions_log2, split, p0, p1);
+  *p0 += first;
+  *p1 += first;
+}
+MK_HD_INLINE int active_window_splits(int pos, int window, int S, int split_positions_log2) {
+  return active_attention_splits(pos + 1 - attention_first_position(pos, window), S, split_positions_log2);
 }
 
 // Splits [0, total) into `parts` contiguous ranges whose sizes differ by at most one.

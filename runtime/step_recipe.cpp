@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "runtime/error.h"
 
 namespace mk {
@@ -12,6 +14,7 @@ const char* buffer_name(Buffer b) {
     case Buffer::Residual: return "residual";
     case Buffer::QKV: return "qkv";
     case Buffer::Attention: return "attention";
+    case Buffer::Projected: return "projected";
     case Buffer::H: return "h";
     case Buffer::Logits: return "logits";
     case Buffer::ChunkNormed: return "chunk normed";
@@ -23,11 +26,46 @@ const char* buffer_name(Buffer b) {
   return "?";
 }
 
-const char* activation_name(Activation a) {
-  switch (a) {
-    case Activation::SiLU: return "silu";
+RopeKinds rope_kinds(const StepRecipe& recipe) {
+  RopeKinds r;
+  for (const LayerRecipe& L : recipe.layers) {
+    const LayerAttention& a = L.attention;
+    auto same = [&](const LayerAttention& k) {
+      return k.rope_theta == a.rope_theta && k.rope_scaling.kind == a.rope_scaling.kind && k.rope_scaling.factor == a.rope_scaling.factor &&
+             k.rope_scaling.low_freq_factor == a.rope_scaling.low_freq_factor &&
+             k.rope_scaling.high_freq_factor == a.rope_scaling.high_freq_factor &&
+             k.rope_scaling.original_max_position == a.rope_scaling.original_max_position;
+    };
+    auto it = std::find_if(r.kinds.begin(), r.kinds.end(), same);
+    if (it == r.kinds.end()) it = r.kinds.insert(r.kinds.end(), a);
+    r.of_layer.push_back(uint32_t(it - r.kinds.begin()));
   }
-  return "?";
+  return r;
+}
+
+Stage make_stage(Op op, Spread spread, std::string name, uint32_t rows, Buffer reads, Buffer writes, bool adds) {
+  Stage s;
+  s.op = op;
+  s.spread = spread;
+  s.name = std::move(name);
+  s.rows = rows;
+  s.reads = reads;
+  s.writes = writes;
+  s.adds = adds;
+  return s;
+}
+
+std::vector<Stage> embed_stages(const ModelConfig& c) {
+  Stage embed = make_stage(Op::Embed, Spread::Pinned, "embed", uint32_t(c.hidden_size), Buffer::Token, Buffer::Residual);
+  embed.model_weights = {&ModelWeights::embed};
+  return {embed};
+}
+
+std::vector<Stage> head_stages(const ModelConfig& c) {
+  Stage lm_head = make_stage(Op::LMHead, Spread::VocabRows, "lm_head", uint32_t(c.vocab_size), Buffer::Residual, Buffer::Logits);
+  lm_head.model_weights = {&ModelWeights::final_norm, &ModelWeights::lm_head};
+  Stage sample = make_stage(Op::Sample, Spread::Pinned, "sample", uint32_t(c.vocab_size), Buffer::Logits, Buffer::Token);
+  return {lm_head, sample};
 }
 
 StepRecipe build_step_recipe(const ModelConfig& config) {
@@ -37,6 +75,7 @@ StepRecipe build_step_recipe(const ModelConfig& config) {
     case Arch::Mistral:
     case Arch::Qwen2:
     case Arch::Qwen3: r = llama_family_recipe(config); break;
+    case Arch::Gemma3: r = gemma3_recipe(config); break;
   }
   check_step_recipe(r);
   return r;
@@ -52,7 +91,7 @@ bool op_fits_spread(Op op, Spread s) {
     case Spread::Pinned: return op == Op::Embed || op == Op::Sample;
     case Spread::GroupRows: return op == Op::QKV;
     case Spread::GroupSplits: return op == Op::Attention;
-    case Spread::Rows: return op == Op::OProj || op == Op::GateUp || op == Op::Down;
+    case Spread::Rows: return op == Op::OProj || op == Op::GateUp || op == Op::Down || op == Op::PostNorm;
     case Spread::VocabRows: return op == Op::LMHead;
     case Spread::ChunkTokens: return op == Op::ChunkNorm || op == Op::ChunkRope;
     case Spread::ChunkTiles: return op == Op::ChunkQKV || op == Op::ChunkOProj || op == Op::ChunkGateUp || op == Op::ChunkDown;

@@ -27,6 +27,7 @@ enum class Buffer : uint8_t {
   Residual,   // x, the residual stream [hidden]
   QKV,        // the layer's fused q, k, v rows, grouped by kv head [q_dim + 2 kv_dim]
   Attention,  // attention's output (or its split partials) [q_dim]
+  Projected,  // a row stage's output before its norm and residual add (post-norm layers) [hidden]
   H,          // the MLP's intermediate vector [intermediate]
   Logits,     // the LM head's rows and per-block (max, argmax)
   ChunkNormed,   // chunk steps: the chunk's normed residual rows [C, hidden]
@@ -42,16 +43,13 @@ enum class Spread : uint8_t {
   Pinned,       // one instruction on workgroup 0 (embed, sample)
   GroupRows,    // row blocks, each inside one kv group's rows (qkv: `rows` rows per group)
   GroupSplits,  // one instruction per kv group and split of the cache (attention); waits per kv group
-  Rows,         // contiguous row blocks, one per workgroup or per narrow workgroup (`rows` rows)
+  Rows,         // contiguous row blocks, one per workgroup or per narrow workgroup (`rows` rows); `slot` goes
+                // to every block (post_norm: which norm)
   VocabRows,    // one row block per workgroup, each with its partial-argmax slot (lm_head)
   ChunkTokens,  // the chunk's tokens split over the workgroups (a norm, rope)
   ChunkTiles,   // token tiles x column tiles of `tile_cols` columns (`rows` output columns)
   ChunkGroupTiles,  // attention's query-token tiles x kv groups
 };
-
-// The activation between the MLP's gate and up rows: h = act(gate) * up.
-enum class Activation : uint8_t { SiLU };
-const char* activation_name(Activation a);
 
 struct Stage {
   Op op = Op::Embed;
@@ -59,7 +57,7 @@ struct Stage {
   std::string name;         // in counter names and diagnostics: "qkv", "attention norm"
   uint32_t rows = 0;        // output rows (GroupRows: of one kv group; chunk matrix stages: output columns)
   uint32_t tile_cols = 0;   // ChunkTiles: columns of one tile
-  uint16_t slot = 0;        // ChunkNorm: which norm (kAttentionNorm, kMlpNorm)
+  uint16_t slot = 0;        // ChunkNorm, PostNorm: which norm (kAttentionNorm, kMlpNorm)
   Buffer reads = Buffer::Residual;
   Buffer writes = Buffer::Residual;
   bool adds = false;        // adds its output to `writes` (the residual add) instead of overwriting it
@@ -70,7 +68,8 @@ struct Stage {
 
 // Attention's data for one layer.
 struct LayerAttention {
-  float rope_theta = 10000.0f;  // the base of its RoPE frequencies (scaling: ModelConfig::rope_scaling)
+  float rope_theta = 10000.0f;  // the base of its RoPE frequencies
+  RopeScaling rope_scaling;     // and their scaling
   int window = 0;               // sliding window in positions; 0: global
   float scale = 1.0f;           // scores are q.k * scale
   bool qk_norm = false;         // RMSNorm per head on q and k (LayerWeights::q_norm, k_norm) before RoPE
@@ -89,13 +88,32 @@ struct StepRecipe {
   std::vector<Stage> first;  // before the layers (embed)
   std::vector<LayerRecipe> layers;
   std::vector<Stage> last;   // after them (lm_head, sample)
+  float embed_scale = 1.0f;         // the embedding rows are multiplied by it
+  float norm_weight_offset = 0.0f;  // every RMSNorm scales by (offset + w): Gemma's (1 + w)
 };
+
+// The distinct RoPEs of a recipe's layers (base and scaling), in order of first use, and the index of
+// each layer's: the executors keep one cos/sin table per distinct RoPE.
+struct RopeKinds {
+  std::vector<LayerAttention> kinds;
+  std::vector<uint32_t> of_layer;
+};
+RopeKinds rope_kinds(const StepRecipe& recipe);
+
+// A stage with no weights (the architectures' builders add them).
+Stage make_stage(Op op, Spread spread, std::string name, uint32_t rows, Buffer reads, Buffer writes, bool adds = false);
+
+// The stages every architecture so far has before and after its layers: embed; lm_head (final norm and
+// the head) and sample.
+std::vector<Stage> embed_stages(const ModelConfig& config);
+std::vector<Stage> head_stages(const ModelConfig& config);
 
 // The recipe of a model's architecture (ModelConfig::arch). Checked (check_step_recipe).
 StepRecipe build_step_recipe(const ModelConfig& config);
 
 // The architectures' builders (one file each).
 StepRecipe llama_family_recipe(const ModelConfig& config);  // Llama, Mistral, Qwen2, Qwen3
+StepRecipe gemma3_recipe(const ModelConfig& config);        // Gemma3ForCausalLM
 
 // Checks a recipe's chain: every stage reads what the stage before it wrote; a token step begins by
 // reading the token and ends by writing it; a chunk step's layer begins and ends with the chunk's

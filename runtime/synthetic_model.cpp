@@ -71,6 +71,7 @@ const char* model_type(Arch a) {
     case Arch::Mistral: return "mistral";
     case Arch::Qwen2: return "qwen2";
     case Arch::Qwen3: return "qwen3";
+    case Arch::Gemma3: return "gemma3_text";
   }
   return "llama";
 }
@@ -81,10 +82,13 @@ std::vector<TensorBytes> write_tiny_model(const std::filesystem::path& dir, cons
   std::filesystem::create_directories(dir);
   Generator g{std::mt19937_64(s.seed), s, {}};
   const int64_t q_dim = int64_t(s.heads) * s.head_dim, kv_dim = int64_t(s.kv_heads) * s.head_dim;
-  g.add("model.embed_tokens.weight", {s.vocab, s.hidden}, 1.0f);
+  // Gemma scales its embedding rows by sqrt(hidden): smaller rows keep the residual stream comparable.
+  g.add("model.embed_tokens.weight", {s.vocab, s.hidden}, s.arch == Arch::Gemma3 ? 1.0f / std::sqrt(float(s.hidden)) : 1.0f);
+  const bool gemma = s.arch == Arch::Gemma3;
+  const float norm_center = gemma ? 0.0f : 1.0f;  // Gemma's norms scale by (1 + w)
   for (int l = 0; l < s.layers; ++l) {
     std::string p = fmt::format("model.layers.{}.", l);
-    g.add(p + "input_layernorm.weight", {s.hidden}, 0.2f, 1.0f);
+    g.add(p + "input_layernorm.weight", {s.hidden}, 0.2f, norm_center);
     g.add(p + "self_attn.q_proj.weight", {q_dim, s.hidden}, s.weight_scale * 2);
     g.add(p + "self_attn.k_proj.weight", {kv_dim, s.hidden}, s.weight_scale * 2);
     g.add(p + "self_attn.v_proj.weight", {kv_dim, s.hidden}, s.weight_scale * 2);
@@ -93,17 +97,19 @@ std::vector<TensorBytes> write_tiny_model(const std::filesystem::path& dir, cons
       g.add(p + "self_attn.k_proj.bias", {kv_dim}, 0.5f);
       g.add(p + "self_attn.v_proj.bias", {kv_dim}, 0.5f);
     }
-    if (s.arch == Arch::Qwen3) {
-      g.add(p + "self_attn.q_norm.weight", {s.head_dim}, 0.2f, 1.0f);
-      g.add(p + "self_attn.k_norm.weight", {s.head_dim}, 0.2f, 1.0f);
+    if (s.arch == Arch::Qwen3 || gemma) {
+      g.add(p + "self_attn.q_norm.weight", {s.head_dim}, 0.2f, norm_center);
+      g.add(p + "self_attn.k_norm.weight", {s.head_dim}, 0.2f, norm_center);
     }
     g.add(p + "self_attn.o_proj.weight", {s.hidden, q_dim}, s.weight_scale);
-    g.add(p + "post_attention_layernorm.weight", {s.hidden}, 0.2f, 1.0f);
+    g.add(p + "post_attention_layernorm.weight", {s.hidden}, 0.2f, norm_center);
+    if (gemma) g.add(p + "pre_feedforward_layernorm.weight", {s.hidden}, 0.2f, norm_center);
     g.add(p + "mlp.gate_proj.weight", {s.intermediate, s.hidden}, s.weight_scale * 2);
     g.add(p + "mlp.up_proj.weight", {s.intermediate, s.hidden}, s.weight_scale * 2);
     g.add(p + "mlp.down_proj.weight", {s.hidden, s.intermediate}, s.weight_scale);
+    if (gemma) g.add(p + "post_feedforward_layernorm.weight", {s.hidden}, 0.2f, norm_center);
   }
-  g.add("model.norm.weight", {s.hidden}, 0.2f, 1.0f);
+  g.add("model.norm.weight", {s.hidden}, 0.2f, norm_center);
   if (!s.tied) g.add("lm_head.weight", {s.vocab, s.hidden}, s.weight_scale * 2);
 
   json cfg = {
@@ -118,13 +124,20 @@ std::vector<TensorBytes> write_tiny_model(const std::filesystem::path& dir, cons
       {"max_position_embeddings", s.max_position},
       {"rms_norm_eps", 1e-5},
       {"rope_theta", s.arch == Arch::Llama ? 500000.0 : 1000000.0},
-      {"hidden_act", "silu"},
+      {gemma ? "hidden_activation" : "hidden_act", gemma ? "gelu_pytorch_tanh" : "silu"},
       {"tie_word_embeddings", s.tied},
       {"torch_dtype", s.dtype == DType::F32 ? "float32" : s.dtype == DType::F16 ? "float16" : "bfloat16"},
       {"bos_token_id", 1},
       {"eos_token_id", s.eos.size() == 1 ? json(s.eos[0]) : json(s.eos)},
   };
-  if (s.arch == Arch::Qwen3 || s.head_dim * s.heads != s.hidden) cfg["head_dim"] = s.head_dim;
+  if (s.arch == Arch::Qwen3 || gemma || s.head_dim * s.heads != s.hidden) cfg["head_dim"] = s.head_dim;
+  if (gemma) {  // every other layer global, in the transformers 4.5x form
+    cfg["sliding_window"] = s.sliding_window;
+    cfg["sliding_window_pattern"] = 2;
+    cfg["rope_local_base_freq"] = 10000.0;
+    cfg["query_pre_attn_scalar"] = s.head_dim + 8;
+    cfg["attention_bias"] = false;
+  }
   if (s.arch == Arch::Llama) cfg["attention_bias"] = false;
   if (s.arch == Arch::Qwen3) cfg["attention_bias"] = false;
   if (s.arch == Arch::Mistral) cfg["sliding_window"] = nullptr;

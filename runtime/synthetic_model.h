@@ -38,6 +38,7 @@ struct TinyModelSpec {
   DType dtype = DType::BF16;
   bool tied = false;
   bool llama3_rope = false;  // add rope_scaling {rope_type: llama3}
+  int sliding_window = 6;    // Gemma3: the sliding layers' window (every other layer slides)
   int shards = 1;            // >1: model-0000k-of-0000n.safetensors + index json
   uint64_t seed = 1;
   float weight_scale = 0.08f;  // uniform(-scale, scale) for matrices

@@ -171,6 +171,7 @@ WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format, Matri
   w.head_format = head_format;
   w.has_qkv_bias = c.qkv_bias;
   w.has_qk_norm = c.qk_norm;
+  w.has_post_norms = c.post_norms;
   w.qkv_rows = c.q_dim() + 2 * c.kv_dim();
   w.qkv_group_rows = (c.group_size() + 2) * c.head_dim;
   const uint64_t H = uint64_t(c.hidden_size), I = uint64_t(c.intermediate_size);
@@ -186,10 +187,12 @@ WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format, Matri
     L.q_norm = c.qk_norm ? a.take(uint64_t(c.head_dim) * 4) : 0;
     L.k_norm = c.qk_norm ? a.take(uint64_t(c.head_dim) * 4) : 0;
     L.wo = a.take(H * row_q);
+    L.post_attn_norm = c.post_norms ? a.take(H * 4) : 0;
     L.mlp_norm = a.take(H * 4);
     L.w_gate = a.take(I * row_h);
     L.w_up = a.take(I * row_h);
     L.w_down = a.take(H * row_i);
+    L.post_mlp_norm = c.post_norms ? a.take(H * 4) : 0;
     w.layers.push_back(L);
   }
   w.final_norm = a.take(H * 4);
@@ -206,9 +209,17 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
   const ModelConfig& c = model.config;
   const MatrixFormat md = w.format;
   std::vector<uint8_t> buf;
-  auto emit = [&](uint64_t offset, const TensorView& t, DType dtype) {
+  // A norm weight as the executors multiply by it: offset + w (runtime/step_recipe.h, norm_weight_offset).
+  auto emit_norm = [&](uint64_t offset, const TensorView& t) {
     buf.clear();
-    convert(t, 0, t.numel(), dtype, buf);
+    convert(t, 0, t.numel(), DType::F32, buf);
+    if (c.norm_weight_offset != 0.0f)
+      for (size_t i = 0; i < buf.size(); i += 4) {
+        float v;
+        std::memcpy(&v, buf.data() + i, 4);
+        v += c.norm_weight_offset;
+        std::memcpy(buf.data() + i, &v, 4);
+      }
     sink(offset, buf.data(), buf.size());
   };
   auto emit_matrix = [&](uint64_t offset, const TensorView& t, MatrixFormat f) {
@@ -221,7 +232,7 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = model.weights.layers[size_t(l)];
     const LayerOffsets& o = w.layers[size_t(l)];
-    emit(o.attn_norm, L.attn_norm, DType::F32);
+    emit_norm(o.attn_norm, L.attn_norm);
     // Fused QKV, grouped by kv head (see header); the bias follows the same row order.
     buf.clear();
     std::vector<uint8_t> bias;
@@ -237,16 +248,18 @@ void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sin
     sink(o.wqkv, buf.data(), buf.size());
     if (w.has_qkv_bias) sink(o.bqkv, bias.data(), bias.size());
     if (w.has_qk_norm) {
-      emit(o.q_norm, L.q_norm, DType::F32);
-      emit(o.k_norm, L.k_norm, DType::F32);
+      emit_norm(o.q_norm, L.q_norm);
+      emit_norm(o.k_norm, L.k_norm);
     }
     emit_matrix(o.wo, L.wo, md);
-    emit(o.mlp_norm, L.mlp_norm, DType::F32);
+    if (w.has_post_norms) emit_norm(o.post_attn_norm, L.post_attn_norm);
+    emit_norm(o.mlp_norm, L.mlp_norm);
     emit_matrix(o.w_gate, L.w_gate, md);
     emit_matrix(o.w_up, L.w_up, md);
     emit_matrix(o.w_down, L.w_down, md);
+    if (w.has_post_norms) emit_norm(o.post_mlp_norm, L.post_mlp_norm);
   }
-  emit(w.final_norm, model.weights.final_norm, DType::F32);
+  emit_norm(w.final_norm, model.weights.final_norm);
   if (!c.tie_word_embeddings) emit_matrix(w.lm_head, model.weights.lm_head, w.head_format);
 }
 

@@ -7,7 +7,8 @@
 // - Q, K and V are fused into one matrix whose rows are grouped by kv head g:
 //     [ q rows of heads g*G .. g*G+G-1 | k rows of kv head g | v rows of kv head g ],  G = heads per kv head,
 //   so the rows one attention group needs are contiguous and a row block maps to one group.
-// - Norm weights and biases are F32.
+// - Norm weights and biases are F32. A norm that scales by (offset + w) (Gemma's 1 + w) is stored as
+//   offset + w, so every executor's RMSNorm multiplies by the stored weight.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +23,13 @@ namespace mk {
 
 struct LayerOffsets {
   uint64_t attn_norm, wqkv, bqkv, q_norm, k_norm, wo, mlp_norm, w_gate, w_up, w_down;
+  uint64_t post_attn_norm, post_mlp_norm;  // post-norm layers (Gemma 3); 0: none
 };
 
 struct WeightLayout {
   MatrixFormat format = MatrixFormat::BF16;       // of the layers' matrices
   MatrixFormat head_format = MatrixFormat::BF16;  // of the embedding and the LM head
-  bool has_qkv_bias = false, has_qk_norm = false;
+  bool has_qkv_bias = false, has_qk_norm = false, has_post_norms = false;
   int qkv_rows = 0;        // q_dim + 2 * kv_dim
   int qkv_group_rows = 0;  // (G + 2) * head_dim
   uint64_t embed = 0, final_norm = 0, lm_head = 0;  // lm_head == embed when tied

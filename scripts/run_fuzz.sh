@@ -57,7 +57,7 @@ case "$target" in
     sources=(runtime/safetensors.cpp runtime/dtype.cpp)
     seeds="$repo/tests/fuzz/corpus" corpus="$out/corpus" max_len=8192 ;;
   config)
-    sources=(runtime/model_config.cpp runtime/weight_layout.cpp runtime/quantize.cpp runtime/schedule.cpp runtime/step_recipe.cpp runtime/recipe_llama.cpp runtime/dtype.cpp)
+    sources=(runtime/model_config.cpp runtime/weight_layout.cpp runtime/quantize.cpp runtime/schedule.cpp runtime/step_recipe.cpp runtime/recipe_llama.cpp runtime/recipe_gemma3.cpp runtime/rope.cpp runtime/dtype.cpp)
     seeds="$repo/tests/fuzz/corpus_config" corpus="$out/corpus_config" max_len=4096 ;;
   tokenizer)
     sources=(runtime/tokenizer.cpp)

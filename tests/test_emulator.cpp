@@ -70,7 +70,9 @@ INSTANTIATE_TEST_SUITE_P(
     AllArchitectures, EmulatorVsReference,
     ::testing::Values(ArchCase{Arch::Llama, DType::BF16, true, true}, ArchCase{Arch::Llama, DType::F32, false, false},
                       ArchCase{Arch::Mistral, DType::F16, false, false}, ArchCase{Arch::Qwen2, DType::BF16, true, false},
-                      ArchCase{Arch::Qwen3, DType::BF16, false, false}, ArchCase{Arch::Qwen3, DType::F16, true, false}),
+                      ArchCase{Arch::Qwen3, DType::BF16, false, false}, ArchCase{Arch::Qwen3, DType::F16, true, false},
+                      // Gemma 3: every other layer slides a window of 6 over the 29 positions.
+                      ArchCase{Arch::Gemma3, DType::BF16, true, false}, ArchCase{Arch::Gemma3, DType::F32, false, false}),
     [](const auto& test_info) {
       const ArchCase& c = test_info.param;
       return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) + (c.tied ? "_tied" : "_untied");
@@ -157,6 +159,30 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   std::vector<int32_t> prompt(300);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
   expect_emulator_matches_reference(*model, prompt, opt, 12);
+}
+
+// Gemma 3's sliding layers attend to their last 96 positions, which their splits cut (3 of 8 active at
+// 96 positions), while the global layers cover all 300; the post-norm stages sit between o_proj / down
+// and the residual stream. Every interleaving, with the dependency checker on, matches the reference.
+TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Gemma3;
+  spec.sliding_window = 96;
+  spec.eos = {};
+  auto model = load_tiny_model(spec, "emu-gemma3-window");
+  std::vector<int32_t> prompt(300);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+    SCOPED_TRACE(interleaving_name(policy));
+    EmulatorOptions opt;
+    opt.num_workgroups = 16;
+    opt.context = 320;
+    opt.interleaving = policy;
+    opt.interleave_seed = 3;
+    opt.record_logits = true;
+    opt.check_dependencies = true;
+    expect_emulator_matches_reference(*model, prompt, opt, 6);
+  }
 }
 
 // Two schedules of one model, each run by the emulator with the dependency checker on: six greedy tokens

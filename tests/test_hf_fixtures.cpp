@@ -87,7 +87,7 @@ TEST_P(TransformersFixture, EmulatorMatchesLogitsAndGreedyTokens) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllArchitectures, TransformersFixture, ::testing::Values("llama3", "mistral", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(AllArchitectures, TransformersFixture, ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "gemma3"));
 
 }  // namespace
 }  // namespace mk

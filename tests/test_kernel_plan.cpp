@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -33,6 +34,20 @@ Planned plan_for(const std::string& preset, int workgroups = 132, MatrixFormat f
   p.schedule = build_schedule(p.cfg, ScheduleParams{workgroups});
   p.dims = dev::model_dims(p.cfg, p.layout, p.schedule);
   return p;
+}
+
+// The kernel's gate_up computes every activation as g * sigmoid(g * (c1 + c3 g^2)): SiLU and, through
+// (1 + tanh(z)) / 2 = sigmoid(2z), GELU with the tanh approximation, as transformers defines them.
+TEST(KernelPlan, TheActivationCoefficientsGiveSiluAndGeluTanh) {
+  float c1 = 0, c3 = 0;
+  auto kernel_form = [&](double g) { return g / (1.0 + std::exp(-g * (c1 + c3 * g * g))); };
+  dev::mlp_activation_coefficients(Activation::SiLU, &c1, &c3);
+  for (double g : {-8.0, -2.5, -0.3, 0.0, 0.7, 3.0, 9.0}) EXPECT_NEAR(kernel_form(g), g / (1.0 + std::exp(-g)), 1e-12) << g;
+  dev::mlp_activation_coefficients(Activation::GeluTanh, &c1, &c3);
+  for (double g : {-8.0, -2.5, -0.3, 0.0, 0.7, 3.0, 9.0}) {
+    const double gelu = 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+    EXPECT_NEAR(kernel_form(g), gelu, 1e-6 * (1.0 + std::fabs(gelu))) << g;
+  }
 }
 
 TEST(KernelPlan, LongestRowIsGateUpOrDown) {

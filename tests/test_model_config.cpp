@@ -514,3 +514,86 @@ TEST_F(ModelConfigDir, MalformedGenerationConfig) {
 
 }  // namespace
 }  // namespace mk
+
+namespace mk {
+namespace {
+
+// Gemma 3 as transformers 4.5x writes it: the defaults of Gemma3TextConfig for what is left out.
+TEST(ModelConfig, Gemma3TakesTheConfigClassDefaults) {
+  json j = minimal("Gemma3ForCausalLM");
+  j["num_hidden_layers"] = 12;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.arch, Arch::Gemma3);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.activation, Activation::GeluTanh);
+  EXPECT_EQ(c.sliding_window, 4096);
+  // sliding_window_pattern 6: layers 5 and 11 are global, the others slide.
+  std::vector<uint8_t> want(12, 1);
+  want[5] = want[11] = 0;
+  EXPECT_EQ(c.sliding_layers, want);
+  EXPECT_TRUE(c.layer_slides(0));
+  EXPECT_FALSE(c.layer_slides(5));
+  EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c.sliding_rope_theta, 1e4f);
+  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::None);
+  EXPECT_FLOAT_EQ(c.query_pre_attn_scalar, 256.0f);
+  EXPECT_FLOAT_EQ(c.norm_weight_offset, 1.0f);
+  EXPECT_TRUE(c.scaled_embedding);
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+
+  j["sliding_window_pattern"] = 3;
+  j["rope_local_base_freq"] = 5000;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  j["sliding_window"] = 512;
+  const ModelConfig d = parse(j);
+  EXPECT_EQ(d.sliding_layers, (std::vector<uint8_t>{1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0}));
+  EXPECT_EQ(d.sliding_window, 512);
+  EXPECT_FLOAT_EQ(d.sliding_rope_theta, 5000.0f);
+  EXPECT_EQ(d.rope_scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_FLOAT_EQ(d.rope_scaling.factor, 8.0f);
+}
+
+// Gemma 3 as transformers 5 writes it: layer_types and per-layer-type rope_parameters.
+TEST(ModelConfig, Gemma3ReadsLayerTypesAndPerTypeRopeParameters) {
+  json j = minimal("Gemma3ForCausalLM");
+  j["num_hidden_layers"] = 3;
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention"};
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"rope_theta", 1000000.0}, {"factor", 4.0}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  j["query_pre_attn_scalar"] = 24;
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.sliding_layers, (std::vector<uint8_t>{0, 1, 0}));
+  EXPECT_EQ(c.rope_scaling.kind, RopeScaling::Kind::Linear);
+  EXPECT_FLOAT_EQ(c.rope_scaling.factor, 4.0f);
+  EXPECT_FLOAT_EQ(c.sliding_rope_theta, 10000.0f);
+  EXPECT_FLOAT_EQ(c.query_pre_attn_scalar, 24.0f);
+}
+
+TEST(ModelConfig, Gemma3RefusesWhatItDoesNotModelNamingTheKey) {
+  json j = minimal("Gemma3ForCausalLM");
+  j["final_logit_softcapping"] = 30.0;
+  EXPECT_THAT(parse_error(j), HasSubstr("'final_logit_softcapping' = 30.0 is not supported"));
+  j = minimal("Gemma3ForCausalLM");
+  j["hidden_activation"] = "relu";
+  EXPECT_THAT(parse_error(j), HasSubstr("'hidden_activation': 'relu'"));
+  j = minimal("Gemma3ForCausalLM");
+  j["layer_types"] = {"sliding_attention"};
+  EXPECT_THAT(parse_error(j), HasSubstr("'layer_types' must be a list of 2 strings"));
+  j = minimal("Gemma3ForCausalLM");
+  j["layer_types"] = {"sliding_attention", "chunked_attention"};
+  EXPECT_THAT(parse_error(j), HasSubstr("'layer_types[1]' = \"chunked_attention\""));
+  j = minimal("Gemma3ForCausalLM");
+  j["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e6}}}};
+  EXPECT_THAT(parse_error(j), HasSubstr("'full_attention' and 'sliding_attention'"));
+  j["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THAT(parse_error(j), HasSubstr("scaled RoPE on the sliding layers"));
+  j = minimal("Gemma3ForCausalLM");
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
+  EXPECT_THAT(parse_error(j), HasSubstr("unsupported rope scaling type 'yarn'"));
+}
+
+}  // namespace
+}  // namespace mk

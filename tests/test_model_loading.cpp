@@ -33,9 +33,7 @@ std::map<std::string, const TensorView*> views_by_name(const ModelWeights& w) {
   };
   add(w.embed);
   for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down})
-      add(*t);
+    for (auto member : LayerWeights::kAll) add(l.*member);
   add(w.final_norm);
   add(w.lm_head);
   return out;
@@ -82,16 +80,19 @@ TEST_P(LoadsEveryVariant, ViewsMatchTheBytesWritten) {
 
   const LayerWeights& l0 = m->weights.layers[0];
   EXPECT_EQ(l0.bq.present(), arch == Arch::Qwen2);
-  EXPECT_EQ(l0.q_norm.present(), arch == Arch::Qwen3);
+  EXPECT_EQ(l0.q_norm.present(), arch == Arch::Qwen3 || arch == Arch::Gemma3);
+  EXPECT_EQ(l0.post_attn_norm.present(), arch == Arch::Gemma3);
+  EXPECT_EQ(l0.post_mlp_norm.present(), arch == Arch::Gemma3);
   if (tied) {
     EXPECT_EQ(m->weights.lm_head.data, m->weights.embed.data);
     EXPECT_EQ(m->weights.lm_head.shape, m->weights.embed.shape);
   } else {
     EXPECT_EQ(m->weights.lm_head.name, "lm_head.weight");
   }
-  for (int64_t i = 0; i < spec.hidden; ++i) {  // norms are written as 1 +- 0.2; at() decodes the dtype
-    EXPECT_GE(m->weights.final_norm.at(i), 0.79f);
-    EXPECT_LE(m->weights.final_norm.at(i), 1.21f);
+  const float center = arch == Arch::Gemma3 ? 0.0f : 1.0f;  // Gemma's norms scale by (1 + w)
+  for (int64_t i = 0; i < spec.hidden; ++i) {  // norms are written as center +- 0.2; at() decodes the dtype
+    EXPECT_GE(m->weights.final_norm.at(i), center - 0.21f);
+    EXPECT_LE(m->weights.final_norm.at(i), center + 0.21f);
   }
   m.reset();
   fs::remove_all(dir);
@@ -105,7 +106,7 @@ std::string case_name(const ::testing::TestParamInfo<LoadCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Loader, LoadsEveryVariant,
-                         ::testing::Combine(::testing::Values(Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3),
+                         ::testing::Combine(::testing::Values(Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3),
                                             ::testing::Values(DType::BF16, DType::F16, DType::F32),
                                             ::testing::Bool()),
                          case_name);

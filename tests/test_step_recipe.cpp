@@ -20,13 +20,9 @@ using test::TinyModelSpec;
 using LW = LayerWeights;
 using MW = ModelWeights;
 
-const std::vector<TensorView LW::*> kAllLayerWeights = {&LW::attn_norm, &LW::wq, &LW::wk,       &LW::wv,   &LW::bq,
-                                                        &LW::bk,        &LW::bv, &LW::q_norm,   &LW::k_norm, &LW::wo,
-                                                        &LW::mlp_norm,  &LW::w_gate, &LW::w_up, &LW::w_down};
-
 // Every tensor a model has is streamed by exactly one stage of a token step, and none that it lacks.
 TEST(StepRecipe, EveryArchitectureNamesEachOfItsTensorsInExactlyOneTokenStepStage) {
-  for (Arch arch : {Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3}) {
+  for (Arch arch : {Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3}) {
     SCOPED_TRACE(arch_name(arch));
     TinyModelSpec spec;
     spec.arch = arch;
@@ -36,7 +32,7 @@ TEST(StepRecipe, EveryArchitectureNamesEachOfItsTensorsInExactlyOneTokenStepStag
     for (size_t l = 0; l < r.layers.size(); ++l) {
       std::vector<TensorView LW::*> uses;
       for (const Stage& st : r.layers[l].step) uses.insert(uses.end(), st.layer_weights.begin(), st.layer_weights.end());
-      for (auto m : kAllLayerWeights) {
+      for (auto m : LW::kAll) {
         const TensorView& t = model->weights.layers[l].*m;
         EXPECT_EQ(std::count(uses.begin(), uses.end(), m), t.present() ? 1 : 0)
             << "layer " << l << " tensor " << (t.present() ? t.name : "(absent)");
@@ -46,13 +42,22 @@ TEST(StepRecipe, EveryArchitectureNamesEachOfItsTensorsInExactlyOneTokenStepStag
     for (const auto* list : {&r.first, &r.last})
       for (const Stage& st : *list) head_uses.insert(head_uses.end(), st.model_weights.begin(), st.model_weights.end());
     for (auto m : {&MW::embed, &MW::final_norm, &MW::lm_head}) EXPECT_EQ(std::count(head_uses.begin(), head_uses.end(), m), 1);
-    // Each layer's attention data is the config's.
-    for (const LayerRecipe& L : r.layers) {
-      EXPECT_EQ(L.attention.qk_norm, arch == Arch::Qwen3);
-      EXPECT_EQ(L.attention.qkv_bias, arch == Arch::Qwen2);
-      EXPECT_FLOAT_EQ(L.attention.scale, 1.0f / std::sqrt(float(spec.head_dim)));
-      EXPECT_FLOAT_EQ(L.attention.rope_theta, model->config.rope_theta);
+    // Each layer's attention data is the config's; Gemma 3's tiny models slide a window of 6 in every
+    // other layer (sliding_window_pattern 2), with their own RoPE base, and scale scores by
+    // query_pre_attn_scalar^-0.5.
+    const bool gemma = arch == Arch::Gemma3;
+    for (size_t l = 0; l < r.layers.size(); ++l) {
+      const LayerAttention& A = r.layers[l].attention;
+      const bool slides = gemma && l % 2 == 0;
+      EXPECT_EQ(A.qk_norm, arch == Arch::Qwen3 || gemma);
+      EXPECT_EQ(A.qkv_bias, arch == Arch::Qwen2);
+      EXPECT_FLOAT_EQ(A.scale, 1.0f / std::sqrt(float(spec.head_dim + (gemma ? 8 : 0))));
+      EXPECT_FLOAT_EQ(A.rope_theta, slides ? 10000.0f : model->config.rope_theta);
+      EXPECT_EQ(A.window, slides ? spec.sliding_window : 0);
+      EXPECT_EQ(r.layers[l].activation, gemma ? Activation::GeluTanh : Activation::SiLU);
     }
+    EXPECT_FLOAT_EQ(r.embed_scale, gemma ? std::sqrt(float(spec.hidden)) : 1.0f);
+    EXPECT_FLOAT_EQ(r.norm_weight_offset, gemma ? 1.0f : 0.0f);
   }
 }
 

@@ -423,3 +423,30 @@ TEST(Tools, InfoLinesFit120Columns) {
 }
 
 }  // namespace
+
+namespace mk {
+namespace {
+
+// A model whose tokenizer.json this build cannot read (Gemma 3's SentencePiece-style BPE) runs from ids with -t and
+// --ids; asked for text, mk-run names the tokenizer's problem.
+TEST(Tools, MkRunTakesIdsInAndOutWithoutLoadingTheTokenizer) {
+  const char* root = std::getenv("MK_FIXTURES");
+  ASSERT_NE(root, nullptr) << "MK_FIXTURES is not set (ctest sets it)";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("mk-run-ids-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(std::filesystem::path(root) / "hf" / "gemma3", dir);
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"version": "1.0", "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+            "pre_tokenizer": null, "model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0}, "merges": []}})";
+  std::ofstream(dir / "tokenizer_config.json") << "{}";
+  Captured r = mk_run({"-m", dir.string(), "-t", "1,17,33", "-n", "4", "--ids"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tokens:"));
+  r = mk_run({"-m", dir.string(), "-t", "1,17,33", "-n", "4"});
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.err, HasSubstr("unsupported \"model.byte_fallback\": true (SentencePiece-style BPE)"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mk

@@ -130,7 +130,7 @@ struct AttentionOp : OpDefaults {
     const ModelDims& d = m.p.dims;
     const int pos = m.p.start + int(m.step);
     int p0, p1;
-    attention_split_range(pos + 1, d.attention_splits, d.split_positions_log2, int(in.end), &p0, &p1);
+    attention_window_split_range(pos, layer_attention_params(d, m.p.layer_attention, in.layer).window, d.attention_splits, d.split_positions_log2, int(in.end), &p0, &p1);
     const AttentionSmem a = smem_plan(d, m.smem);
     const int cached = min(min(a.tile, p1 - p0), pos - p0);
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(m.p.context);
@@ -142,7 +142,7 @@ struct AttentionOp : OpDefaults {
     const ModelDims& d = m.p.dims;
     const int pos = m.p.start + int(m.step);
     int p0, p1;
-    attention_split_range(pos + 1, d.attention_splits, d.split_positions_log2, int(in.end), &p0, &p1);
+    attention_window_split_range(pos, layer_attention_params(d, m.p.layer_attention, in.layer).window, d.attention_splits, d.split_positions_log2, int(in.end), &p0, &p1);
     const int cached = min(min(a.tile, p1 - p0), pos - p0);
     const size_t cache_base = (size_t(in.layer) * size_t(d.kv_heads) + in.begin) * size_t(m.p.context);
     if (cached > 0) stage_tile(m, cache_base, p0, cached, a);
@@ -186,7 +186,8 @@ struct AttentionOp : OpDefaults {
     __syncthreads();
     if (!last) return;
     const uint32_t group = layer_group % uint32_t(d.kv_heads);
-    const int A = active_attention_splits(m.p.start + int(m.step) + 1, S, d.split_positions_log2);
+    const int A = active_window_splits(m.p.start + int(m.step), layer_attention_params(d, m.p.layer_attention, int(layer_group / uint32_t(d.kv_heads))).window, S,
+                                       d.split_positions_log2);
     // A thread per output element of the group's heads loads every split's (m, l) of its head and o of its
     // element straight into registers, all in flight at once (one round trip from L2, no block barrier),
     // in batches of kCombineBatch splits with the running max rescaled between batches.
@@ -236,15 +237,16 @@ struct AttentionOp : OpDefaults {
     const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
     const int pos = m.p.start + int(m.step);
     const uint32_t g = in.begin, split = in.end;
+    const LayerAttentionParams la = layer_attention_params(d, m.p.layer_attention, in.layer);
     int p0, p1;
-    attention_split_range(pos + 1, S, d.split_positions_log2, int(split), &p0, &p1);
+    attention_window_split_range(pos, la.window, S, d.split_positions_log2, int(split), &p0, &p1);
     const bool owns_new = p0 <= pos && pos < p1;
     const AttentionSmem a = smem_plan(d, m.smem);
 
     // The group's q/k/v rows and this position's RoPE cos/sin, loaded in one pass.
     const size_t base = size_t(g) * size_t(d.qkv_group_rows);
-    const float* cos_row = m.p.rope + size_t(pos) * half;
-    const float* sin_row = m.p.rope + size_t(m.p.context) * half + size_t(pos) * half;
+    const float* cos_row = rope_cos_row(m.p, la, pos);
+    const float* sin_row = cos_row + size_t(m.p.context) * half;
     const int q4 = (G + 2) * hd / 4, h4 = half / 4;
     for (int i = threadIdx.x; i < q4 + 2 * h4; i += kThreads) {
       if (i < q4) reinterpret_cast<float4*>(a.group)[i] = load_fresh(reinterpret_cast<const float4*>(m.p.qkv + base) + i);
@@ -273,7 +275,7 @@ struct AttentionOp : OpDefaults {
       __syncthreads();
     }
 
-    const float scale = 1.0f / sqrtf(float(hd));
+    const float scale = la.scale;
     for (int t0 = p0; t0 < p1; t0 += a.tile) {
       const int nt = min(a.tile, p1 - t0);
       // The first tile's cached rows were staged before the wait (attention_prestage) and its new row, if
@@ -344,15 +346,16 @@ struct AttentionOp : OpDefaults {
     const int hd = d.head_dim, half = hd / 2, G = d.group_size, S = d.attention_splits;
     const int pos = m.p.start + int(m.step);
     const uint32_t g = in.begin, split = in.end;
+    const LayerAttentionParams la = layer_attention_params(d, m.p.layer_attention, in.layer);
     int p0, p1;
-    attention_split_range(pos + 1, S, d.split_positions_log2, int(split), &p0, &p1);
+    attention_window_split_range(pos, la.window, S, d.split_positions_log2, int(split), &p0, &p1);
     const bool owns_new = p0 <= pos && pos < p1;
     const AttentionWarpSmem a = warp_smem_plan(d, m.smem);
 
     // The group's q/k/v rows and this position's RoPE cos/sin, loaded in one pass.
     const size_t base = size_t(g) * size_t(d.qkv_group_rows);
-    const float* cos_row = m.p.rope + size_t(pos) * half;
-    const float* sin_row = m.p.rope + size_t(m.p.context) * half + size_t(pos) * half;
+    const float* cos_row = rope_cos_row(m.p, la, pos);
+    const float* sin_row = cos_row + size_t(m.p.context) * half;
     const int q4 = (G + 2) * hd / 4, h4 = half / 4;
     for (int i = threadIdx.x; i < q4 + 2 * h4; i += kThreads) {
       if (i < q4) reinterpret_cast<float4*>(a.group)[i] = load_fresh(reinterpret_cast<const float4*>(m.p.qkv + base) + i);
@@ -365,8 +368,8 @@ struct AttentionOp : OpDefaults {
       const bool is_k = warp_id() == G;
       const float* norm = d.qk_norm ? m.f32(is_k ? L.k_norm : L.q_norm) : nullptr;
       if (!is_k || owns_new) prepare_head(m, a.group + warp_id() * hd, norm, a.cos, a.sin);
-      if (!is_k) {  // q takes the scores' 1 / sqrt(head_dim) here, once
-        const float scale = 1.0f / sqrtf(float(hd));
+      if (!is_k) {  // q takes the scores' scale here, once
+        const float scale = la.scale;
         for (int i = lane_id(); i < hd; i += MK_WARP_SIZE) a.group[warp_id() * hd + i] *= scale;
       }
     }

@@ -43,8 +43,8 @@ struct ChunkRopeOp : OpDefaults {
         }
         inv = 1.0f / sqrtf(warp_sum(ss) / float(hd) + d.rms_eps);
       }
-      const float* cos_row = p.rope + size_t(pos) * size_t(half);
-      const float* sin_row = p.rope + size_t(p.context) * size_t(half) + size_t(pos) * size_t(half);
+      const float* cos_row = rope_cos_row(p, layer_attention_params(d, p.layer_attention, in.layer), pos);
+      const float* sin_row = cos_row + size_t(p.context) * size_t(half);
       uint16_t* dst = j < G ? p.chunk_q + size_t(t) * size_t(d.heads * hd) + size_t(g * G + j) * size_t(hd)
                             : p.k_cache + cache_row * size_t(hd);
       for (int i = lane_id(); i < half; i += MK_WARP_SIZE) {

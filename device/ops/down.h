@@ -1,4 +1,4 @@
-// Down row blocks: x[rows] += W_down * h.
+// Down row blocks: x[rows] += W_down * h (kWritesProjected: projected[rows] = W_down * h).
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -27,8 +27,9 @@ struct DownOp : OpDefaults {
       m.store_residual(in, residual);
       __syncthreads();
     };
+    // Post-norm layers (kWritesProjected): the rows go to `projected`, their residual rows are zeros.
     const float* res = m.residual_rows();
-    m.gemv(in, load_h, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
+    m.gemv(in, load_h, [&](uint32_t r, float v, float) { m.output_rows(in)[r] = res[r - in.begin] + v; });
   }
 #endif
 };

@@ -1,4 +1,4 @@
-// Embed (workgroup 0): x = embedding[token of this step].
+// Embed (workgroup 0): x = embedding[token of this step] * ModelDims::embed_scale.
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -17,7 +17,8 @@ struct EmbedOp : OpDefaults {
     // A constant in the 16-bit kernels (their head is in their format), so the decode folds there.
     const MatrixFormat f = matrix_format_quantized(MachineT::kFormat) ? m.p.dims.head_format : MachineT::kFormat;
     const uint8_t* row = m.matrix(m.p.embed) + size_t(token) * size_t(matrix_row_bytes(f, cols));
-    for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = matrix_row_element(f, row, cols, i);
+    const float scale = m.p.dims.embed_scale;
+    for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = matrix_row_element(f, row, cols, i) * scale;
   }
 #endif
 };

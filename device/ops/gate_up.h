@@ -1,4 +1,5 @@
-// GateUp row blocks: h = silu(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x)); the gate and up rows of a
+// GateUp row blocks: h = act(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x)), act SiLU or GELU-tanh
+// (ModelDims::act_linear, act_cubic); the gate and up rows of a
 // block stream together (two parts of one chunk).
 #pragma once
 
@@ -25,12 +26,18 @@ struct GateUpOp : OpDefaults {
 
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {
+    // act(g) = g * sigmoid(g * (c1 + c3 * g^2)) (ModelDims::act_linear, act_cubic): SiLU with (1, 0),
+    // GELU-tanh with (2k, 2k * 0.044715), k = sqrt(2 / pi), since (1 + tanh(z)) / 2 = sigmoid(2z). One
+    // loop for both: a choice of activation inside or around the GEMV made the quantized kernels slower
+    // or spill.
+    // The coefficients are read in the emit, from the parameters: held in registers across the GEMV
+    // they made the long-context kernels spill.
     m.gemv(
         in, [&] { m.norm_prologue(m.p.x); },
         [&](uint32_t r, float g, float u) {
           const float s = m.inv_rms();
           g *= s;
-          m.p.h[r] = g / (1.0f + __expf(-g)) * u * s;
+          m.p.h[r] = g / (1.0f + __expf(-g * (m.p.dims.act_linear + m.p.dims.act_cubic * g * g))) * u * s;
         });
   }
 #endif

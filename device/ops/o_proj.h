@@ -23,8 +23,8 @@ struct OProjOp : OpDefaults {
   __device__ static void run(MachineT& m, const Instr& in) {
     const ModelDims& d = m.p.dims;
     const int hd = d.head_dim, S = d.attention_splits;
-    // Only the splits active at this length hold data (attention_split_range).
-    const int A = active_attention_splits(m.p.start + int(m.step) + 1, S, d.split_positions_log2);
+    // Only the splits active at this length (of the layer's window) hold data (attention_window_split_range).
+    const int A = active_window_splits(m.p.start + int(m.step), layer_attention_params(d, m.p.layer_attention, in.layer).window, S, d.split_positions_log2);
     // Flash-decoding reduction of the splits of every head into shared memory (planes), in one L2 round
     // trip: the (m, l) of all (head, split) go to shared memory by asynchronous copies while each thread's
     // loads of its 4 elements' partial outputs for all splits are in flight in registers; then each
@@ -85,9 +85,11 @@ struct OProjOp : OpDefaults {
       m.store_residual(in, residual);
       __syncthreads();
     };
+    // Post-norm layers (kWritesProjected): the rows go to `projected`, their residual rows are zeros.
     const float* res = m.residual_rows();
     m.gemv(
-        in, [&] { attention_combines_once(d, MachineT::kLongContext) ? load_attn() : combine(); }, [&](uint32_t r, float v, float) { m.p.x[r] = res[r - in.begin] + v; });
+        in, [&] { attention_combines_once(d, MachineT::kLongContext) ? load_attn() : combine(); },
+        [&](uint32_t r, float v, float) { m.output_rows(in)[r] = res[r - in.begin] + v; });
   }
 #endif
 };

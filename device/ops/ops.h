@@ -14,6 +14,7 @@
 #include "device/ops/gate_up.h"
 #include "device/ops/lm_head.h"
 #include "device/ops/o_proj.h"
+#include "device/ops/post_norm.h"
 #include "device/ops/qkv.h"
 #include "device/ops/sample.h"
 

@@ -17,12 +17,18 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
     fail("emulator: schedule built for {} workgroups, options say {}", schedule.num_workgroups, opt.num_workgroups);
   if (opt.context < 1 || opt.context > limits::kMaxPositions)
     fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
-  if (cfg.sliding_window > 0 && opt.context > cfg.sliding_window)
+  // A window on every layer (Mistral, Qwen) is not applied by the chunk steps; windows on some layers
+  // (Gemma 3) come with token steps only.
+  if (cfg.sliding_window > 0 && cfg.sliding_layers.empty() && opt.context > cfg.sliding_window)
     fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
+  recipe = build_step_recipe(cfg);
   layout = plan_weight_layout(model);
   check_memory();
   weights = pack_weights_to_host(model, layout);
-  rope = rope_table(cfg, opt.context);
+  const RopeKinds ropes = rope_kinds(recipe);
+  for (const LayerAttention& a : ropes.kinds)
+    rope_tables.push_back(rope_table(rope_inv_freq(cfg.head_dim, a.rope_theta, a.rope_scaling), opt.context));
+  layer_rope = ropes.of_layer;
   const size_t hd = size_t(cfg.head_dim), S = size_t(schedule.attention_splits);
   x.data.assign(size_t(cfg.hidden_size), 0.f);
   qkv.data.assign(size_t(layout.qkv_rows), 0.f);
@@ -35,6 +41,7 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
     att.cell = hd;
   }
   h.data.assign(size_t(cfg.intermediate_size), 0.f);
+  if (layout.has_post_norms) projected.data.assign(size_t(cfg.hidden_size), 0.f);
   logits.data.assign(size_t(cfg.vocab_size), 0.f);
   lm_best_value.data.assign(size_t(schedule.lm_head_slots), 0.f);
   lm_best_index.data.assign(size_t(schedule.lm_head_slots), 0);
@@ -64,6 +71,7 @@ void EmulatorState::start_checker() {
   att_ml.id = checker->add_buffer("attention partial max/sum", att_ml.data.size() / att_ml.cell);
   if (schedule.combine_once.enabled) att.id = checker->add_buffer("attention output", att.data.size() / att.cell);
   h.id = checker->add_buffer("mlp activations", h.data.size());
+  if (layout.has_post_norms) projected.id = checker->add_buffer("projected rows (before their post-norm)", projected.data.size());
   logits.id = checker->add_buffer("logits", logits.data.size());
   lm_best_value.id = lm_best_index.id = checker->add_buffer("lm_head partial argmax", lm_best_value.data.size());
   k_cache.id = checker->add_buffer("K cache", k_cache.data.size() / k_cache.cell);

@@ -16,6 +16,7 @@
 #include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
 #include "runtime/quantize.h"
+#include "runtime/step_recipe.h"
 #include "runtime/weight_layout.h"
 
 namespace mk::emu {
@@ -44,11 +45,16 @@ struct EmulatorState {
   EmulatorOptions opt;
   Schedule schedule;
   WeightLayout layout;
+  StepRecipe recipe;             // per-layer data the ops read (attention's window, scale, RoPE; activation)
   std::vector<uint8_t> weights;  // the packed device image
-  std::vector<float> rope;       // [context][hd/2] cos, then sin
+  // RoPE tables, one per distinct (base, scaling) of the layers: [context][hd/2] cos, then sin; and
+  // which table each layer uses.
+  std::vector<std::vector<float>> rope_tables;
+  std::vector<uint32_t> layer_rope;
 
   // Decode state (what the GPU keeps in device memory).
   Buffer<float> x, qkv, att_o, att_ml, att, h, logits, lm_best_value;  // att: Schedule::combine_once's output
+  Buffer<float> projected;  // post-norm layers: o_proj's or down's rows before post_norm adds them to x
   Buffer<int32_t> lm_best_index;  // checked together with lm_best_value (same cells)
   Buffer<uint16_t> k_cache, v_cache;  // bf16 [layer][kv head][position][head_dim]
   Buffer<int32_t> tokens;             // token fed at each step of the current launch
@@ -182,7 +188,8 @@ struct EmulatorState {
     for (size_t i = 0; i < n; ++i) out[i] = v[i] * inv * weight[i];
     return out;
   }
-  void rope_inplace(float* head, int pos) const {
+  void rope_inplace(float* head, int pos, int layer) const {
+    const std::vector<float>& rope = rope_tables[layer_rope[size_t(layer)]];
     const size_t half = size_t(cfg.head_dim / 2);
     const float* cs = rope.data() + size_t(pos) * half;
     const float* sn = rope.data() + size_t(opt.context) * half + size_t(pos) * half;

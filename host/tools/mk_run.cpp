@@ -5,7 +5,8 @@
 //   text:  -p TEXT (encoded as Hugging Face's tokenizer(TEXT) does: the BOS added); the continuation is
 //          printed as text on stdout and the summary line goes to stderr, so stdout is exactly the text.
 //   ids:   -t 1,2,3 takes the prompt as token ids; --ids prints "tokens: ..." and the summary on stdout.
-//          A model without a tokenizer.json (a --preset, the built-in model) works in ids only.
+//          A model without a tokenizer.json (a --preset, the built-in model) works in ids only; with -t and
+//          --ids the tokenizer is not loaded at all.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -157,7 +158,9 @@ int run(int argc, char** argv) {
                spec.layers, spec.hidden, spec.vocab);
   }
 
-  const std::optional<mk::Tokenizer> tokenizer = load_tokenizer(model_dir);
+  // Ids in and out (-t ... --ids) need no tokenizer: a model whose tokenizer.json this build cannot read
+  // (Gemma 3's) still runs so.
+  const std::optional<mk::Tokenizer> tokenizer = text_prompt || !print_ids ? load_tokenizer(model_dir) : std::nullopt;
   if (text_prompt && !tokenizer)
     mk::fail("-p: {} has no tokenizer.json to encode the prompt with (give the prompt as ids: -t 1,2,3)",
              (std::filesystem::path(model_dir) / "tokenizer.json").string());

@@ -206,7 +206,8 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
                                            ArchCase{Arch::Qwen2, DType::F8_E4M3, false}, ArchCase{Arch::Qwen3, DType::F8_E4M3, false, true},
                                            ArchCase{Arch::Llama, DType::U4, true}, ArchCase{Arch::Qwen2, DType::U4, false, true},
                                            ArchCase{Arch::Qwen3, DType::U4, false}, ArchCase{Arch::Mistral, DType::U4, false, true, true},
-                                           ArchCase{Arch::Mistral, DType::F8_E4M3, false, true, true}),
+                                           ArchCase{Arch::Mistral, DType::F8_E4M3, false, true, true},
+                                           ArchCase{Arch::Gemma3, DType::BF16, true}, ArchCase{Arch::Gemma3, DType::U4, true}),
                          [](const auto& test_info) {
                            const ArchCase& c = test_info.param;
                            return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) +
@@ -254,6 +255,19 @@ TEST(Gpu, LongPromptSeveralSplitsMatchesEmulator) {
   spec.eos = {};
   auto model = load_tiny_model(spec, "gpu-long");
   expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles, AttentionPath::WarpChunks}, "head_dim 16, 2 heads a kv head");
+}
+
+TEST(Gpu, Gemma3SlidingWindowsAndWideHeadsMatchEmulator) {
+  // Gemma 3's layers with its head size (256, one kv head for 4 query heads): every other layer slides a
+  // window of 96 positions with its own RoPE table, so at 700 positions its splits cover only the window
+  // while the global layers' cover all; the post-norm stages follow o_proj and down. Both attention paths.
+  TinyModelSpec spec;
+  spec.arch = Arch::Gemma3;
+  spec.hidden = 256, spec.intermediate = 512, spec.heads = 4, spec.kv_heads = 1, spec.head_dim = 256;
+  spec.sliding_window = 96;
+  spec.eos = {};
+  auto model = load_tiny_model(spec, "gpu-gemma3");
+  expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles, AttentionPath::WarpChunks}, "Gemma 3, head_dim 256, window 96");
 }
 
 TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
@@ -415,7 +429,7 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
 TEST(Gpu, TransformersFixturesGreedyAndLogits) {
   const char* root = std::getenv("MK_FIXTURES");
   ASSERT_NE(root, nullptr) << "MK_FIXTURES is not set";
-  for (const char* name : {"llama3", "mistral", "qwen2", "qwen3"}) {
+  for (const char* name : {"llama3", "mistral", "qwen2", "qwen3", "gemma3"}) {
     SCOPED_TRACE(name);
     const auto dir = std::filesystem::path(root) / "hf" / name;
     auto model = load_model(dir);

@@ -27,17 +27,18 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
   const uint32_t g = in.begin, split = in.end;
   const size_t group_base = size_t(g) * size_t(s.layout.qkv_group_rows);
   const float* group = s.read(c, s.qkv, group_base, group_base + size_t(s.layout.qkv_group_rows));
-  int p0, p1;
-  attention_split_range(pos + 1, S, attention_split_positions_log2(hd), int(split), &p0, &p1);
+  const LayerAttention& A = s.recipe.layers[in.layer].attention;
+  int p0, p1;  // of the layer's positions (the last `window` with a sliding window)
+  attention_window_split_range(pos, A.window, S, attention_split_positions_log2(hd), int(split), &p0, &p1);
   const size_t cache_base = (size_t(in.layer) * size_t(s.cfg.num_kv_heads) + g) * size_t(s.opt.context);
 
   std::vector<float> head(static_cast<size_t>(hd));
   auto prepare = [&](const float* src, uint64_t norm) {  // q/k norm (Qwen3) then RoPE, into `head`
     std::copy_n(src, hd, head.begin());
     if (s.layout.has_qk_norm) head = s.rms_norm(head.data(), size_t(hd), s.f32(norm));
-    s.rope_inplace(head.data(), pos);
+    s.rope_inplace(head.data(), pos, in.layer);
   };
-  if (p0 <= pos && pos < p1) {  // this split owns the new position: append K and V
+  if (p0 <= pos && pos < p1) {  // this split owns the new position (the last split in use): append K and V
     prepare(group + size_t(G) * size_t(hd), L.k_norm);
     uint16_t* k = s.write(c, s.k_cache, (cache_base + size_t(pos)) * size_t(hd), (cache_base + size_t(pos) + 1) * size_t(hd));
     uint16_t* v = s.write(c, s.v_cache, (cache_base + size_t(pos)) * size_t(hd), (cache_base + size_t(pos) + 1) * size_t(hd));
@@ -46,7 +47,7 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
       v[d] = float_to_bf16(group[size_t(G + 1) * size_t(hd) + size_t(d)]);
     }
   }
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = A.scale;
   const uint16_t* K = p1 > p0 ? s.read(c, s.k_cache, (cache_base + size_t(p0)) * size_t(hd), (cache_base + size_t(p1)) * size_t(hd)) : nullptr;
   const uint16_t* V = p1 > p0 ? s.read(c, s.v_cache, (cache_base + size_t(p0)) * size_t(hd), (cache_base + size_t(p1)) * size_t(hd)) : nullptr;
   for (int j = 0; j < G; ++j) {

@@ -17,7 +17,7 @@ void emulate_chunk_rope(EmulatorState& s, const OpCtx& c, const Instr& in, uint3
     auto prepare = [&](const float* src, uint64_t norm) {  // q/k norm (Qwen3) then RoPE, into `head`
       std::copy_n(src, hd, head.begin());
       if (s.layout.has_qk_norm) head = s.rms_norm(head.data(), hd, s.f32(norm));
-      s.rope_inplace(head.data(), pos);
+      s.rope_inplace(head.data(), pos, in.layer);
     };
     uint16_t* q = s.write(c, s.chunk_q, t * q_dim, (t + 1) * q_dim);
     for (size_t g = 0; g < size_t(s.cfg.num_kv_heads); ++g) {

@@ -1,26 +1,15 @@
-// The CPU twin of the down op (device/ops/down.h): x[rows] += W_down * h.
+// The CPU twin of the down op (device/ops/down.h): x[rows] += W_down * h (kWritesProjected:
+// projected[rows] = W_down * h).
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
-
-namespace {
-
-// x[rows] += sums: the residual rows read and written back (after the instruction's last wait).
-void add_to_residual(EmulatorState& s, const OpCtx& c, const Instr& in, const std::vector<float>& sums) {
-  const float* xin = s.read(c, s.x, in.begin, in.end);
-  std::vector<float> updated(sums.size());
-  for (size_t i = 0; i < sums.size(); ++i) updated[i] = xin[i] + sums[i];
-  std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
-}
-
-}  // namespace
 
 void emulate_down(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   const LayerOffsets& L = s.layout.layers[in.layer];
   const float* act = s.read(c, s.h, 0, s.h.data.size());
   std::vector<float> sums(in.end - in.begin);
   for (uint32_t r = in.begin; r < in.end; ++r) sums[r - in.begin] = s.dot_row(L.w_down, r, s.h.data.size(), act);
-  add_to_residual(s, c, in, sums);
+  add_or_project(s, c, in, sums);
 }
 
 void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t k) {
@@ -34,7 +23,7 @@ void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint3
     acc[r - in.begin] = s.dot_row_part(L.w_down, r, N, c0, c1, act, acc[r - in.begin]);
   // The residual rows are read only after every slice's wait: those waits are what order this block
   // after the o_proj blocks that wrote them and the gate_up blocks that read all of x.
-  if (k + 1 == hs.count) add_to_residual(s, c, in, acc);
+  if (k + 1 == hs.count) add_or_project(s, c, in, acc);
 }
 
 }  // namespace mk::emu

@@ -1,4 +1,5 @@
-// The CPU twin of the gate_up op (device/ops/gate_up.h): h[rows] = silu(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x)).
+// The CPU twin of the gate_up op (device/ops/gate_up.h): h[rows] = act(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x)),
+// act the layer's activation (SiLU, GELU-tanh).
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -7,10 +8,11 @@ void emulate_gate_up(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   const LayerOffsets& L = s.layout.layers[in.layer];
   const size_t H = size_t(s.cfg.hidden_size);
   const auto xn = s.rms_norm(s.read(c, s.x, 0, H), H, s.f32(L.mlp_norm));
+  const Activation act = s.recipe.layers[in.layer].activation;
   float* out = s.write(c, s.h, in.begin, in.end);
   for (uint32_t r = in.begin; r < in.end; ++r) {
     const float g = s.dot_row(L.w_gate, r, H, xn.data()), u = s.dot_row(L.w_up, r, H, xn.data());
-    out[r - in.begin] = g / (1.0f + std::exp(-g)) * u;
+    out[r - in.begin] = activate(act, g) * u;
   }
 }
 

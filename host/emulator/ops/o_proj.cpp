@@ -1,6 +1,6 @@
 // The CPU twin of the o_proj op (device/ops/o_proj.h): combine the splits of every head (flash-decoding
 // reduction) unless each kv group's last attention split has (Schedule::combine_once), then
-// x[rows] += W_o * attn.
+// x[rows] += W_o * attn (kWritesProjected: projected[rows] = W_o * attn).
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -35,11 +35,9 @@ void emulate_o_proj(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
                           combined.data() + size_t(hh) * size_t(hd));
     attn = combined.data();
   }
-  const float* xin = s.read(c, s.x, in.begin, in.end);
-  std::vector<float> updated(in.end - in.begin);
-  for (uint32_t r = in.begin; r < in.end; ++r)
-    updated[r - in.begin] = xin[r - in.begin] + s.dot_row(L.wo, r, size_t(s.cfg.q_dim()), attn);
-  std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
+  std::vector<float> rows(in.end - in.begin);
+  for (uint32_t r = in.begin; r < in.end; ++r) rows[r - in.begin] = s.dot_row(L.wo, r, size_t(s.cfg.q_dim()), attn);
+  add_or_project(s, c, in, rows);
 }
 
 }  // namespace mk::emu
