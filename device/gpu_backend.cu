@@ -21,7 +21,6 @@
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
 #include "runtime/limits.h"
-#include "runtime/rope.h"
 #include "runtime/step_recipe.h"
 #include "runtime/schedule.h"
 #include "runtime/quantize.h"
@@ -132,10 +131,7 @@ class MonokernelBackend final : public GpuBackend {
     validate_model(cfg_);
     if (opt.context < 1 || opt.context > limits::kMaxPositions)
       fail("context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
-    // A window on every layer (Mistral, Qwen) is not applied by the chunk steps; windows on some layers
-    // (Gemma 3) come with token steps only.
-    if (cfg_.sliding_window > 0 && cfg_.sliding_layers.empty() && opt.context > cfg_.sliding_window)
-      fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg_.sliding_window);
+    check_sliding_window_context(cfg_, opt.context);
     if (opt.workgroups < 0 || opt.workgroups > info_.sm_count)
       fail("workgroups must be between 1 and the GPU's {} SMs/CUs, or 0 for all (got {})", info_.sm_count, opt.workgroups);
     layout_ = plan_weight_layout(model);
@@ -383,9 +379,9 @@ class MonokernelBackend final : public GpuBackend {
               : std::string(),
           double(need.other) / kGiB, double(info_.free_memory) / kGiB,
           schedule_.chunk.enabled() ? " or the chunk size (--chunk-tokens)" : ""));
-    // The host holds the RoPE table while uploading it, and the pinned token channel (tokens, times).
-    const size_t rope = size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
-    check_host_memory("the GPU backend", {{"RoPE table (uploaded from the host)", rope},
+    // The host holds the RoPE tables while uploading them, and the pinned token channel (tokens, times).
+    const size_t rope = rope_kinds(build_step_recipe(cfg_)).kinds.size() * size_t(opt_.context) * size_t(cfg_.head_dim) * sizeof(float);
+    check_host_memory("the GPU backend", {{"RoPE tables (uploaded from the host)", rope},
                                           {"pinned token channel", (size_t(opt_.context) + 1) * 12}},
                       available_host_memory(), "lower the context (-c)");
   }
@@ -415,12 +411,7 @@ class MonokernelBackend final : public GpuBackend {
     // Attention's per-layer data and a RoPE table per distinct RoPE of the layers, from the step recipe.
     const StepRecipe recipe = build_step_recipe(cfg_);
     const RopeKinds ropes = rope_kinds(recipe);
-    std::vector<float> rope;
-    for (const LayerAttention& a : ropes.kinds) {
-      const std::vector<float> table = rope_table(rope_inv_freq(cfg_.head_dim, a.rope_theta, a.rope_scaling), opt_.context);
-      rope.insert(rope.end(), table.begin(), table.end());
-    }
-    upload(rope_, rope, "the RoPE tables");
+    upload(rope_, rope_tables(ropes, cfg_.head_dim, opt_.context), "the RoPE tables");
     std::vector<dev::LayerAttentionParams> layer_attention;
     for (size_t l = 0; l < recipe.layers.size(); ++l) {
       const LayerRecipe& L = recipe.layers[l];

@@ -44,14 +44,6 @@ void apply_rope(float* head, int head_dim, const float* cos, const float* sin) {
   }
 }
 
-float activate(Activation a, float x) {
-  switch (a) {
-    case Activation::SiLU: return x / (1.0f + std::exp(-x));
-    case Activation::GeluTanh: return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-  }
-  return x;
-}
-
 }  // namespace
 
 ReferenceModel::ReferenceModel(const Model& model, int context)
@@ -164,7 +156,7 @@ void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
       const Vec xn = rms_norm(s.x.data(), c.hidden_size, L.mlp_norm, R.norm_eps, recipe_.norm_weight_offset);
       s.h = matvec(L.w_gate, xn);
       const Vec u = matvec(L.w_up, xn);
-      for (size_t i = 0; i < s.h.size(); ++i) s.h[i] = activate(R.activation, s.h[i]) * u[i];
+      for (size_t i = 0; i < s.h.size(); ++i) s.h[i] = activation_value(R.activation, s.h[i]) * u[i];
       return;
     }
     case Op::Down: return residual_or_projected(st, matvec(w.layers[size_t(layer)].w_down, s.h), s);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "runtime/error.h"
+#include "runtime/rope.h"
 
 namespace mk {
 
@@ -41,6 +42,16 @@ RopeKinds rope_kinds(const StepRecipe& recipe) {
     r.of_layer.push_back(uint32_t(it - r.kinds.begin()));
   }
   return r;
+}
+
+std::vector<float> rope_tables(const RopeKinds& kinds, int head_dim, int context) {
+  std::vector<float> tables;
+  tables.reserve(kinds.kinds.size() * size_t(context) * size_t(head_dim));
+  for (const LayerAttention& a : kinds.kinds) {
+    const std::vector<float> table = rope_table(rope_inv_freq(head_dim, a.rope_theta, a.rope_scaling), context);
+    tables.insert(tables.end(), table.begin(), table.end());
+  }
+  return tables;
 }
 
 Stage make_stage(Op op, Spread spread, std::string name, uint32_t rows, Buffer reads, Buffer writes, bool adds) {

@@ -10,6 +10,7 @@
 // The kernel and the emulator run the schedule's instructions by op (runtime/op_table.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -99,6 +100,21 @@ struct RopeKinds {
   std::vector<uint32_t> of_layer;
 };
 RopeKinds rope_kinds(const StepRecipe& recipe);
+
+// The MLP's activation of a gate value, as transformers defines it (GELU-tanh: gelu_pytorch_tanh). The
+// reference and the emulator compute with it; the kernel reproduces it (device/ops/gate_up.h).
+inline float activation_value(Activation a, float g) {
+  switch (a) {
+    case Activation::SiLU: return g / (1.0f + std::exp(-g));
+    case Activation::GeluTanh: return 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
+  }
+  return g;
+}
+
+// The RoPE tables of a recipe's distinct RoPEs (rope_kinds), one after the other in its order, each
+// [context][hd/2] cos, then sin: table k starts at float k * context * head_dim. The layout both
+// executors read (device/kernel_params.h's rope_cos_row).
+std::vector<float> rope_tables(const RopeKinds& kinds, int head_dim, int context);
 
 // A stage with no weights (the architectures' builders add them).
 Stage make_stage(Op op, Spread spread, std::string name, uint32_t rows, Buffer reads, Buffer writes, bool adds = false);

@@ -156,8 +156,7 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
   opt.check_dependencies = true;
   ASSERT_EQ(build_schedule(model->config, ScheduleParams{16, 0}).attention_splits, 8);
   EXPECT_EQ(active_attention_splits(300, 8, attention_split_positions_log2(model->config.head_dim)), 3);
-  std::vector<int32_t> prompt(300);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  const std::vector<int32_t> prompt = test::long_prompt(300);
   expect_emulator_matches_reference(*model, prompt, opt, 12);
 }
 
@@ -170,8 +169,7 @@ TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
   spec.sliding_window = 96;
   spec.eos = {};
   auto model = load_tiny_model(spec, "emu-gemma3-window");
-  std::vector<int32_t> prompt(300);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  const std::vector<int32_t> prompt = test::long_prompt(300);
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     SCOPED_TRACE(interleaving_name(policy));
     EmulatorOptions opt;
@@ -491,8 +489,7 @@ TEST(Emulator, CombineOncePerKvGroupMatchesTheReference) {
   opt.check_dependencies = true;
   ASSERT_TRUE(build_schedule(model->config, combine_once_params(16, 0)).combine_once.enabled);
   ASSERT_FALSE(build_schedule(model->config, ScheduleParams{16, 0}).combine_once.enabled);  // the tiny model's default
-  std::vector<int32_t> prompt(300);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  const std::vector<int32_t> prompt = test::long_prompt(300);
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     opt.interleaving = policy;
     SCOPED_TRACE(interleaving_name(policy));

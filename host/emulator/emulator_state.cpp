@@ -7,7 +7,6 @@
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
 #include "runtime/limits.h"
-#include "runtime/rope.h"
 
 namespace mk::emu {
 
@@ -17,17 +16,13 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
     fail("emulator: schedule built for {} workgroups, options say {}", schedule.num_workgroups, opt.num_workgroups);
   if (opt.context < 1 || opt.context > limits::kMaxPositions)
     fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
-  // A window on every layer (Mistral, Qwen) is not applied by the chunk steps; windows on some layers
-  // (Gemma 3) come with token steps only.
-  if (cfg.sliding_window > 0 && cfg.sliding_layers.empty() && opt.context > cfg.sliding_window)
-    fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", opt.context, cfg.sliding_window);
+  check_sliding_window_context(cfg, opt.context);
   recipe = build_step_recipe(cfg);
   layout = plan_weight_layout(model);
   check_memory();
   weights = pack_weights_to_host(model, layout);
   const RopeKinds ropes = rope_kinds(recipe);
-  for (const LayerAttention& a : ropes.kinds)
-    rope_tables.push_back(rope_table(rope_inv_freq(cfg.head_dim, a.rope_theta, a.rope_scaling), opt.context));
+  rope = rope_tables(ropes, cfg.head_dim, opt.context);
   layer_rope = ropes.of_layer;
   const size_t hd = size_t(cfg.head_dim), S = size_t(schedule.attention_splits);
   x.data.assign(size_t(cfg.hidden_size), 0.f);

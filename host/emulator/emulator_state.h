@@ -47,9 +47,9 @@ struct EmulatorState {
   WeightLayout layout;
   StepRecipe recipe;             // per-layer data the ops read (attention's window, scale, RoPE; activation)
   std::vector<uint8_t> weights;  // the packed device image
-  // RoPE tables, one per distinct (base, scaling) of the layers: [context][hd/2] cos, then sin; and
-  // which table each layer uses.
-  std::vector<std::vector<float>> rope_tables;
+  // RoPE tables, one per distinct (base, scaling) of the layers, one after the other (rope_tables in
+  // runtime/step_recipe.h), and which table each layer uses.
+  std::vector<float> rope;
   std::vector<uint32_t> layer_rope;
 
   // Decode state (what the GPU keeps in device memory).
@@ -189,10 +189,10 @@ struct EmulatorState {
     return out;
   }
   void rope_inplace(float* head, int pos, int layer) const {
-    const std::vector<float>& rope = rope_tables[layer_rope[size_t(layer)]];
     const size_t half = size_t(cfg.head_dim / 2);
-    const float* cs = rope.data() + size_t(pos) * half;
-    const float* sn = rope.data() + size_t(opt.context) * half + size_t(pos) * half;
+    const float* table = rope.data() + size_t(layer_rope[size_t(layer)]) * 2 * size_t(opt.context) * half;
+    const float* cs = table + size_t(pos) * half;
+    const float* sn = table + size_t(opt.context) * half + size_t(pos) * half;
     for (size_t i = 0; i < half; ++i) {
       const float a = head[i], b = head[i + half];
       head[i] = a * cs[i] - b * sn[i];

@@ -231,8 +231,7 @@ void expect_long_prompt_matches_emulator(const Model& model, const std::vector<A
       gopt.stream_lookahead = cfg.lookahead;
       gopt.attention_path = path;
       auto gpu = create_gpu_backend(model, gopt);
-      std::vector<int32_t> prompt(700);
-      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+      const std::vector<int32_t> prompt = test::long_prompt(700);
       const int S = gpu->schedule().attention_splits;
       expect_gpu_matches_emulator(model, *gpu, 800, prompt, 32,
                                   fmt::format("{}: 700-token prompt, {} active splits of {}, {} attention, lookahead {}, {}", what,
@@ -315,8 +314,7 @@ TEST(Gpu, CombineOncePerKvGroupAndWideHeadsMatchEmulator) {
           gopt.stream_slots = slots;
           auto gpu = create_gpu_backend(*model, gopt);
           ASSERT_EQ(gpu->schedule().combine_once.enabled, combine == 1);
-          std::vector<int32_t> prompt(700);
-          for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+          const std::vector<int32_t> prompt = test::long_prompt(700);
           const int S = gpu->schedule().attention_splits;
           expect_gpu_matches_emulator(*model, *gpu, 800, prompt, 24,
                                       fmt::format("head_dim {}, combined {}, {} active splits of {}, {} attention, {}", shape.head_dim,

@@ -1,8 +1,10 @@
 // Tests build their models with runtime/synthetic_model.h; these names keep the tests short.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/model.h"
 #include "runtime/synthetic_model.h"
@@ -20,5 +22,13 @@ inline std::unique_ptr<Model> load_tiny_model(const TinyModelSpec& spec, const s
   const auto dir = make_temp_dir(tag);
   write_tiny_model(dir, spec);
   return load_model(dir);
+}
+
+// A long prompt of `n` ids for the tiny models' 160-token vocabulary: id (37 i + 11) mod 160, which
+// repeats only every 160 positions.
+inline std::vector<int32_t> long_prompt(size_t n) {
+  std::vector<int32_t> prompt(n);
+  for (size_t i = 0; i < n; ++i) prompt[i] = int32_t((i * 37 + 11) % 160);
+  return prompt;
 }
 }  // namespace mk::test

@@ -12,7 +12,7 @@ void emulate_gate_up(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   float* out = s.write(c, s.h, in.begin, in.end);
   for (uint32_t r = in.begin; r < in.end; ++r) {
     const float g = s.dot_row(L.w_gate, r, H, xn.data()), u = s.dot_row(L.w_up, r, H, xn.data());
-    out[r - in.begin] = activate(act, g) * u;
+    out[r - in.begin] = activation_value(act, g) * u;
   }
 }
 

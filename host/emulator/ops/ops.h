@@ -26,8 +26,8 @@ void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint3
 // does it for every head, or (Schedule::combine_once) each kv group's last attention split for its heads.
 void combine_head_splits(const float* o, const float* ml, int S, int head_dim, float* out);
 
-// A row block's output (o_proj, down), after the instruction's last wait: added to the residual rows, or
-// with kWritesProjected written to the projected buffer for the post_norm stage.
+// A row block's output (o_proj, down, post_norm), after the instruction's last wait: added to the residual
+// rows, or with kWritesProjected written to the projected buffer for the post_norm stage.
 inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, const std::vector<float>& rows) {
   if (in.flags & kWritesProjected) {
     std::copy(rows.begin(), rows.end(), s.write(c, s.projected, in.begin, in.end));
@@ -37,15 +37,6 @@ inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, co
   std::vector<float> updated(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) updated[i] = xin[i] + rows[i];
   std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
-}
-
-// The MLP's activation (the layer's, from the recipe).
-inline float activate(Activation a, float g) {
-  switch (a) {
-    case Activation::SiLU: return g / (1.0f + std::exp(-g));
-    case Activation::GeluTanh: return 0.5f * g * (1.0f + std::tanh(0.7978845608028654f * (g + 0.044715f * g * g * g)));
-  }
-  return g;
 }
 
 // Runs instruction `in` of `step` on the state.

@@ -8,10 +8,7 @@ void emulate_post_norm(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
   const LayerOffsets& L = s.layout.layers[in.layer];
   const size_t H = size_t(s.cfg.hidden_size);
   const auto n = s.rms_norm(s.read(c, s.projected, 0, H), H, s.f32(in.slot == kAttentionNorm ? L.post_attn_norm : L.post_mlp_norm));
-  const float* xin = s.read(c, s.x, in.begin, in.end);
-  std::vector<float> updated(in.end - in.begin);
-  for (uint32_t r = in.begin; r < in.end; ++r) updated[r - in.begin] = xin[r - in.begin] + n[r];
-  std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
+  add_or_project(s, c, in, std::vector<float>(n.begin() + in.begin, n.begin() + in.end));
 }
 
 }  // namespace mk::emu
