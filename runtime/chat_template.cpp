@@ -158,9 +158,14 @@ ChatTemplate ChatTemplate::from_source(std::string_view tmpl, std::string bos_to
   } else if (contains(tmpl, "<|im_start|>")) {
     t.format_ = contains(tmpl, "</think>") ? ChatFormat::Qwen3 : ChatFormat::ChatML;
     if (t.format_ == ChatFormat::ChatML) t.default_system_ = find_default_system(tmpl);
+  } else if (contains(tmpl, "<start_of_turn>")) {
+    t.format_ = ChatFormat::Gemma;
+    if (t.bos_token_.empty() && contains(tmpl, "bos_token"))
+      fail("{}: the Gemma chat template uses bos_token but tokenizer_config.json has no \"bos_token\"", t.source_);
   } else {
-    fail("{}: unrecognised chat_template: it has neither \"<|start_header_id|>\" (Llama 3) nor \"<|im_start|>\" "
-         "(ChatML / Qwen) markers; supported formats: Llama 3, Llama 3.1, ChatML (Qwen2/2.5), Qwen3",
+    fail("{}: unrecognised chat_template: it has none of the markers \"<|start_header_id|>\" (Llama 3), "
+         "\"<|im_start|>\" (ChatML / Qwen) or \"<start_of_turn>\" (Gemma); supported formats: Llama 3, Llama 3.1, "
+         "ChatML (Qwen2/2.5), Qwen3, Gemma",
          t.source_);
   }
   return t;
@@ -232,12 +237,20 @@ std::string_view ChatTemplate::format_name() const {
     case ChatFormat::Llama31: return "llama3.1";
     case ChatFormat::ChatML: return "chatml";
     case ChatFormat::Qwen3: return "qwen3";
+    case ChatFormat::Gemma: return "gemma";
   }
   return "?";
 }
 
 std::string_view ChatTemplate::end_of_turn() const {
-  return format_ == ChatFormat::Llama3 || format_ == ChatFormat::Llama31 ? "<|eot_id|>" : "<|im_end|>\n";
+  switch (format_) {
+    case ChatFormat::Llama3:
+    case ChatFormat::Llama31: return "<|eot_id|>";
+    case ChatFormat::ChatML:
+    case ChatFormat::Qwen3: return "<|im_end|>\n";
+    case ChatFormat::Gemma: return "<end_of_turn>\n";
+  }
+  return {};
 }
 
 std::string ChatTemplate::date(const ChatOptions& options) const {
@@ -265,6 +278,19 @@ void ChatTemplate::check(const std::vector<ChatMessage>& messages) const {
         role != "assistant" && role != "tool")
       fail("{}: messages[{}]: role \"{}\" is not rendered by the {} chat template (system, user, assistant, tool)",
            source_, i, role, format_name());
+    if (format_ == ChatFormat::Gemma && role != "system" && role != "user" && role != "assistant")
+      fail("{}: messages[{}]: role \"{}\" is not rendered by the gemma chat template (system, user, assistant)",
+           source_, i, role);
+  }
+  if (format_ == ChatFormat::Gemma) {
+    // {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}{{ raise_exception(...) }}, over the
+    // messages after a leading system message.
+    const size_t first = messages[0].role == "system" ? 1 : 0;
+    for (size_t i = first; i < messages.size(); ++i)
+      if ((messages[i].role == "user") != ((i - first) % 2 == 0))
+        fail("{}: messages[{}]: role \"{}\": the gemma chat template needs the roles after an optional first system "
+             "message to alternate user/assistant/user/assistant/...",
+             source_, i, messages[i].role);
   }
 }
 
@@ -371,6 +397,24 @@ std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMess
       out[0] = std::move(head);
       break;
     }
+    case ChatFormat::Gemma: {
+      // {{ bos_token }}; a first system message becomes first_user_prefix = content + '\n\n' (untrimmed) in
+      // front of the first turn; each turn is '<start_of_turn>' + role ('assistant' -> 'model') + '\n' +
+      // message['content'] | trim + '<end_of_turn>\n'.
+      const size_t first = messages[0].role == "system" ? 1 : 0;
+      out[0] += bos_token_;
+      for (size_t i = first; i < n; ++i) {
+        const std::string& role = messages[i].role;
+        out[i] += "<start_of_turn>" + (role == "assistant" ? std::string("model") : role) + "\n";
+        if (i == first && first == 1) {
+          out[i].add_message_text(messages[0].content);
+          out[i] += "\n\n";
+        }
+        out[i].add_message_text(trim(messages[i].content));
+        out[i] += "<end_of_turn>\n";
+      }
+      break;
+    }
   }
   return out;
 }
@@ -387,6 +431,8 @@ std::string ChatTemplate::generation_prompt(const ChatOptions& options) const {
       return options.enable_thinking.has_value() && !*options.enable_thinking
                  ? "<|im_start|>assistant\n<think>\n\n</think>\n\n"
                  : "<|im_start|>assistant\n";
+    case ChatFormat::Gemma:
+      return "<start_of_turn>model\n";
   }
   return {};
 }

@@ -15,13 +15,17 @@
 //            does (reasoning before "</think>" is dropped from turns before the last user query, and an
 //            assistant turn after it gets a "<think>\n...\n</think>\n\n" block); with
 //            ChatOptions::enable_thinking == false the generation prompt ends in an empty think block.
+//   Gemma    "<start_of_turn>" (Gemma 3): <bos>, then "<start_of_turn>user\n" / "<start_of_turn>model\n"
+//            turns with trimmed content and "<end_of_turn>\n"; a first system message is put, untrimmed
+//            and followed by "\n\n", in front of the first user turn's text. The roles after it must
+//            alternate user / assistant (the template raises an exception otherwise: mk::Error here).
 //
 // Output is byte-identical to rendering the model's template with Python jinja2 (transformers'
 // apply_chat_template) for conversations of plain string messages. Not covered (rejected with mk::Error
 // rather than rendered differently): tools / tool_calls / reasoning_content fields (ChatMessage has only
 // role and content), "tool"/"ipython" messages in the Llama 3.1 format (rendered as JSON by the template),
 // roles other than system/user/assistant/tool in the ChatML formats (the templates silently drop them),
-// and an empty message list.
+// roles other than system/user/assistant for Gemma, and an empty message list.
 #pragma once
 
 #include <cstddef>
@@ -45,7 +49,7 @@ struct ChatOptions {
   std::optional<bool> enable_thinking;     // Qwen3: unset = template default (thinking on)
 };
 
-enum class ChatFormat { Llama3, Llama31, ChatML, Qwen3 };
+enum class ChatFormat { Llama3, Llama31, ChatML, Qwen3, Gemma };
 
 class ChatTemplate {
  public:
@@ -80,8 +84,8 @@ class ChatTemplate {
   // the KV cache, drop that token's text from the front of the result. history_count == 0 gives
   // render(messages, ...).
   //
-  // For Llama3 / Llama31 / ChatML this is exactly the tail of render(messages) once the assistant reply
-  // is stored as generated (trimmed, for the Llama formats). For Qwen3 it differs from a full re-render
+  // For Llama3 / Llama31 / ChatML / Gemma this is exactly the tail of render(messages) once the assistant
+  // reply is stored as generated (trimmed, for the Llama and Gemma formats). For Qwen3 it differs from a full re-render
   // on purpose: a full render drops the previous turn's <think> block, the KV cache keeps what the model
   // actually generated. A caller that wants the re-rendered form must re-render and re-prefill from the
   // first differing token.
@@ -90,7 +94,8 @@ class ChatTemplate {
   PromptText render_continuation_prompt(const std::vector<ChatMessage>& messages, size_t history_count,
                                         bool add_generation_prompt, const ChatOptions& options = {}) const;
 
-  // Text that closes an assistant turn: "<|eot_id|>" (Llama) or "<|im_end|>\n" (ChatML).
+  // Text that closes an assistant turn: "<|eot_id|>" (Llama), "<|im_end|>\n" (ChatML) or "<end_of_turn>\n"
+  // (Gemma).
   std::string_view end_of_turn() const;
 
   std::string_view bos_token() const { return bos_token_; }

@@ -188,6 +188,18 @@ std::string bytes_to_byte_level(std::string_view bytes) {
 // ---------------------------------------------------------------------------------------------------
 // Heterogeneous string-keyed map.
 
+// The byte a SentencePiece byte-fallback token "<0xXX>" decodes to, if `key` is one (the ByteFallback
+// decoder reads either case; encoding uses the upper-case form).
+std::optional<uint8_t> fallback_byte(std::string_view key) {
+  if (key.size() != 6 || key.substr(0, 3) != "<0x" || key[5] != '>') return std::nullopt;
+  const auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  const int hi = digit(key[3]), lo = digit(key[4]);
+  if (hi < 0 || lo < 0) return std::nullopt;
+  return static_cast<uint8_t>(hi * 16 + lo);
+}
+
 struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -349,10 +361,22 @@ constexpr std::string_view kGpt2Pattern =
 
 enum class NormForm { None, NFC, NFD, NFKC, NFKD };
 
+// One normalizer of a Sequence: a Unicode normal form, or "Replace" of a literal string.
+struct NormStep {
+  NormForm form = NormForm::None;  // None: a Replace step
+  std::string from, to;
+};
+
+// How vocabulary strings relate to bytes.
+//   ByteLevel:     GPT-2's byte-to-character map (Llama 3, Qwen); every byte has a token.
+//   SentencePiece: tokens are text with U+2581 for a space (the decoder's "Replace"), and "<0xXX>" tokens
+//                  stand for single bytes ("byte_fallback"); Gemma.
+enum class Alphabet { ByteLevel, SentencePiece };
+
 struct PreStep {
   enum Kind { Split, ByteLevel } kind;
   std::shared_ptr<Regex> regex;   // Split pattern, or ByteLevel's GPT-2 regex when use_regex
-  bool removed = false;           // Split behavior "Removed" (else "Isolated")
+  enum Behavior { Isolated, Removed, MergedWithPrevious } behavior = Isolated;  // Split
   bool add_prefix_space = false;  // ByteLevel
 };
 
@@ -415,8 +439,14 @@ struct Tokenizer::Impl {
   std::string source;
 
   // Model.
+  Alphabet alphabet = Alphabet::ByteLevel;
   StringMap bytes_to_id;                      // model vocabulary keyed by raw bytes
-  std::array<int32_t, 256> byte_id{};         // single-byte tokens
+  std::array<int32_t, 256> byte_id{};         // ByteLevel: single-byte tokens
+  StringMap piece_to_id;                      // SentencePiece: the vocabulary as written ("\u2581the")
+  std::array<int32_t, 256> fallback_id{};     // SentencePiece: "<0xXX>" tokens, -1 where missing
+  bool byte_fallback = false;
+  int32_t unk_id = -1;                        // SentencePiece: what a character without a token becomes
+  bool fuse_unk = false;                      // consecutive unknown characters become one unk
   std::unordered_map<uint64_t, MergeInfo> merges;  // (left << 32 | right) -> rank, merged token
   bool ignore_merges = false;
 
@@ -429,7 +459,7 @@ struct Tokenizer::Impl {
   StringMap added_by_content;
   TokenTrie raw_trie, normalized_trie;  // "normalized": false / true tokens
 
-  NormForm norm = NormForm::None;
+  std::vector<NormStep> norm_steps;
   std::vector<PreStep> pre_steps;
 
   // Post-processor (add_special_tokens = true).
@@ -441,19 +471,40 @@ struct Tokenizer::Impl {
 
   // ---- encode ----
   std::string normalize(std::string_view s) const {
-    if (norm == NormForm::None || s.empty()) return std::string(s);
+    std::string out(s);
+    for (const NormStep& step : norm_steps) out = step.form == NormForm::None ? replace_all(out, step.from, step.to)
+                                                                             : unicode_normalize(out, step.form);
+    return out;
+  }
+
+  static std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t pos = 0;;) {
+      const size_t hit = s.find(from, pos);
+      if (hit == std::string_view::npos) {
+        out.append(s.substr(pos));
+        return out;
+      }
+      out.append(s.substr(pos, hit - pos)).append(to);
+      pos = hit + from.size();
+    }
+  }
+
+  static std::string unicode_normalize(const std::string& s, NormForm form) {
+    if (s.empty()) return s;
     UErrorCode status = U_ZERO_ERROR;
     const icu::Normalizer2* n = nullptr;
-    switch (norm) {
+    switch (form) {
       case NormForm::NFC: n = icu::Normalizer2::getNFCInstance(status); break;
       case NormForm::NFD: n = icu::Normalizer2::getNFDInstance(status); break;
       case NormForm::NFKC: n = icu::Normalizer2::getNFKCInstance(status); break;
       case NormForm::NFKD: n = icu::Normalizer2::getNFKDInstance(status); break;
-      case NormForm::None: break;
+      case NormForm::None: return s;
     }
     if (U_FAILURE(status) || n == nullptr) fail("tokenizer: ICU normalizer unavailable: {}", u_errorName(status));
     const icu::StringPiece piece(s.data(), static_cast<int32_t>(s.size()));
-    if (n->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) return std::string(s);
+    if (n->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) return s;
     status = U_ZERO_ERROR;
     std::string out;
     icu::StringByteSink<std::string> sink(&out);
@@ -541,12 +592,17 @@ struct Tokenizer::Impl {
             continue;
           }
         }
-        // Split "Isolated": matches and the text between them are pieces; "Removed": only the text between.
-        const bool keep_matches = step.kind == PreStep::ByteLevel || !step.removed;
+        // Split "Isolated": matches and the text between them are pieces; "Removed": only the text between;
+        // "MergedWithPrevious": each match ends the piece before it.
+        const PreStep::Behavior behavior = step.kind == PreStep::ByteLevel ? PreStep::Isolated : step.behavior;
         size_t prev = 0;
         step.regex->for_each_match(piece, [&](size_t start, size_t end) {
-          if (start > prev) next.emplace_back(piece, prev, start - prev);
-          if (keep_matches) next.emplace_back(piece, start, end - start);
+          if (behavior == PreStep::MergedWithPrevious) {
+            next.emplace_back(piece, prev, end - prev);
+          } else {
+            if (start > prev) next.emplace_back(piece, prev, start - prev);
+            if (behavior == PreStep::Isolated) next.emplace_back(piece, start, end - start);
+          }
           prev = end;
         });
         if (prev < piece.size()) next.emplace_back(piece, prev, piece.size() - prev);
@@ -555,18 +611,51 @@ struct Tokenizer::Impl {
     }
   }
 
-  void bpe(std::string_view piece, std::vector<int32_t>& out) const {
-    if (piece.empty()) return;
-    if (piece.size() == 1) {
-      out.push_back(byte_id[static_cast<uint8_t>(piece[0])]);
+  // The symbols BPE starts from. ByteLevel: one per byte. SentencePiece: one per character that is a
+  // token, else the character's "<0xXX>" byte tokens (byte_fallback), else unk (runs fused if fuse_unk);
+  // a character with none of these is dropped, as in Hugging Face tokenizers.
+  void initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+    ids.clear();
+    if (alphabet == Alphabet::ByteLevel) {
+      for (const char c : piece) ids.push_back(byte_id[static_cast<uint8_t>(c)]);
       return;
     }
+    bool last_unk = false;
+    for (size_t i = 0; i < piece.size();) {
+      const size_t start = i;
+      next_code_point(piece, i);
+      const std::string_view ch = piece.substr(start, i - start);
+      if (const auto it = piece_to_id.find(ch); it != piece_to_id.end()) {
+        ids.push_back(it->second);
+        last_unk = false;
+        continue;
+      }
+      if (byte_fallback && std::all_of(ch.begin(), ch.end(), [&](char c) { return fallback_id[static_cast<uint8_t>(c)] >= 0; })) {
+        for (const char c : ch) ids.push_back(fallback_id[static_cast<uint8_t>(c)]);
+        last_unk = false;
+        continue;
+      }
+      if (unk_id < 0) continue;
+      if (!(fuse_unk && last_unk)) ids.push_back(unk_id);
+      last_unk = true;
+    }
+  }
+
+  void bpe(std::string_view piece, std::vector<int32_t>& out) const {
+    if (piece.empty()) return;
     if (ignore_merges) {
-      const auto it = bytes_to_id.find(piece);
-      if (it != bytes_to_id.end()) {
+      const StringMap& whole = alphabet == Alphabet::ByteLevel ? bytes_to_id : piece_to_id;
+      const auto it = whole.find(piece);
+      if (it != whole.end()) {
         out.push_back(it->second);
         return;
       }
+    }
+    std::vector<int32_t> ids;
+    initial_symbols(piece, ids);
+    if (ids.size() <= 1) {
+      out.insert(out.end(), ids.begin(), ids.end());
+      return;
     }
     struct Sym {
       int32_t id, prev, next;
@@ -576,10 +665,10 @@ struct Tokenizer::Impl {
       int32_t pos, left, right;
       bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
-    if (piece.size() > size_t(INT32_MAX)) fail("{}: a piece of {} bytes is too long to encode", source, piece.size());
-    const auto n = static_cast<int32_t>(piece.size());
+    if (ids.size() > size_t(INT32_MAX)) fail("{}: a piece of {} bytes is too long to encode", source, piece.size());
+    const auto n = static_cast<int32_t>(ids.size());
     std::vector<Sym> syms(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) syms[i] = {byte_id[static_cast<uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1};
+    for (int32_t i = 0; i < n; ++i) syms[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
     std::priority_queue<Cand, std::vector<Cand>, std::greater<>> heap;
     const auto consider = [&](int32_t pos) {
       const Sym& a = syms[pos];
@@ -649,25 +738,58 @@ struct Tokenizer::Impl {
 
 namespace {
 
-NormForm parse_normalizer(const json& j, std::string_view source) {
-  if (j.is_null()) return NormForm::None;
+// The pattern of a Replace / Split step: {"String": ...} is supported everywhere, {"Regex": ...} only where
+// `regex_ok`; returns the string and whether it is a regex.
+std::pair<std::string, bool> string_or_regex(const json& pattern, bool regex_ok, std::string_view source,
+                                             std::string_view where) {
+  if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string())
+    return {pattern["String"].get<std::string>(), false};
+  if (regex_ok && pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string())
+    return {pattern["Regex"].get<std::string>(), true};
+  fail("{}: {}.pattern must be {} found {}", source, where,
+       regex_ok ? "{\"Regex\": ...} or {\"String\": ...}," : "{\"String\": ...} (a regex is not supported here),",
+       describe(pattern));
+}
+
+void parse_normalizer(const json& j, std::string_view source, std::vector<NormStep>& steps) {
+  if (j.is_null()) return;
   const std::string type = member(j, "type", source, "normalizer").is_string() ? j["type"].get<std::string>() : "";
-  if (type == "NFC") return NormForm::NFC;
-  if (type == "NFD") return NormForm::NFD;
-  if (type == "NFKC") return NormForm::NFKC;
-  if (type == "NFKD") return NormForm::NFKD;
-  if (type == "Sequence") {
-    NormForm form = NormForm::None;
-    for (const json& n : member(j, "normalizers", source, "normalizer")) {
-      const NormForm f = parse_normalizer(n, source);
-      if (f != NormForm::None && form != NormForm::None && f != form)
-        fail("{}: unsupported normalizer: a Sequence of different Unicode normal forms", source);
-      if (f != NormForm::None) form = f;
-    }
-    return form;
+  if (type == "NFC") return steps.push_back({NormForm::NFC, {}, {}});
+  if (type == "NFD") return steps.push_back({NormForm::NFD, {}, {}});
+  if (type == "NFKC") return steps.push_back({NormForm::NFKC, {}, {}});
+  if (type == "NFKD") return steps.push_back({NormForm::NFKD, {}, {}});
+  if (type == "Replace") {
+    NormStep step;
+    step.from = string_or_regex(member(j, "pattern", source, "normalizer.Replace"), false, source, "normalizer.Replace").first;
+    const json& content = member(j, "content", source, "normalizer.Replace");
+    if (!content.is_string()) fail("{}: normalizer.Replace.content must be a string, found {}", source, describe(content));
+    step.to = content.get<std::string>();
+    if (step.from.empty()) fail("{}: normalizer.Replace.pattern is empty", source);
+    return steps.push_back(std::move(step));
   }
-  fail("{}: unsupported normalizer type {} (supported: NFC, NFD, NFKC, NFKD, Sequence of those, null)", source,
-       describe(j["type"]));
+  if (type == "Sequence") {
+    for (const json& n : member(j, "normalizers", source, "normalizer")) parse_normalizer(n, source, steps);
+    return;
+  }
+  fail("{}: unsupported normalizer type {} (supported: NFC, NFD, NFKC, NFKD, Replace of a string, Sequence of those, "
+       "null)",
+       source, describe(j["type"]));
+}
+
+// The decoder names the alphabet: "ByteLevel", or the SentencePiece chain Sequence [Replace U+2581 -> " ",
+// ByteFallback, Fuse] (the order Hugging Face's converters write).
+Alphabet parse_decoder(const json& decoder, std::string_view source) {
+  const auto type_of = [](const json& d) { return d.is_object() ? d.value("type", json()) : json(); };
+  if (type_of(decoder) == "ByteLevel") return Alphabet::ByteLevel;
+  if (type_of(decoder) == "Sequence" && decoder.contains("decoders") && decoder["decoders"].is_array()) {
+    const json& d = decoder["decoders"];
+    if (d.size() == 3 && type_of(d[0]) == "Replace" && type_of(d[1]) == "ByteFallback" && type_of(d[2]) == "Fuse" &&
+        d[0].value("pattern", json()) == json{{"String", "\u2581"}} && d[0].value("content", json()) == " ")
+      return Alphabet::SentencePiece;
+  }
+  fail("{}: unsupported decoder {} (supported: \"ByteLevel\", or the Sequence [Replace \"\u2581\" -> \" \", "
+       "ByteFallback, Fuse])",
+       source, describe(decoder));
 }
 
 void parse_pre_tokenizer(const json& j, std::string_view source, std::vector<PreStep>& steps) {
@@ -687,26 +809,22 @@ void parse_pre_tokenizer(const json& j, std::string_view source, std::vector<Pre
     return;
   }
   if (type == "Split") {
-    const json& pattern = member(j, "pattern", source, "pre_tokenizer.Split");
-    std::string regex;
-    if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      regex = oniguruma_to_pcre2(pattern["Regex"].get<std::string>());
-    } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
-      regex = escape_regex_literal(pattern["String"].get<std::string>());
-    } else {
-      fail("{}: pre_tokenizer.Split.pattern must be {{\"Regex\": ...}} or {{\"String\": ...}}, found {}", source,
-           describe(pattern));
-    }
+    const auto [text, is_regex] =
+        string_or_regex(member(j, "pattern", source, "pre_tokenizer.Split"), true, source, "pre_tokenizer.Split");
+    const std::string regex = is_regex ? oniguruma_to_pcre2(text) : escape_regex_literal(text);
     if (get_bool(j, "invert", false, source, "pre_tokenizer.Split"))
       fail("{}: unsupported pre_tokenizer.Split with \"invert\": true", source);
     const json& behavior = member(j, "behavior", source, "pre_tokenizer.Split");
     PreStep step{PreStep::Split, std::make_shared<Regex>(regex, source, "pre_tokenizer.Split.pattern")};
     if (behavior == "Isolated") {
-      step.removed = false;
+      step.behavior = PreStep::Isolated;
     } else if (behavior == "Removed") {
-      step.removed = true;
+      step.behavior = PreStep::Removed;
+    } else if (behavior == "MergedWithPrevious") {
+      step.behavior = PreStep::MergedWithPrevious;
     } else {
-      fail("{}: unsupported pre_tokenizer.Split.behavior {} (supported: Isolated, Removed)", source, describe(behavior));
+      fail("{}: unsupported pre_tokenizer.Split.behavior {} (supported: Isolated, Removed, MergedWithPrevious)", source,
+           describe(behavior));
     }
     steps.push_back(std::move(step));
     return;
@@ -740,12 +858,10 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   if (!model.is_object()) fail("{}: \"model\" is not a JSON object", source);
   if (model.contains("type")) {
     if (model["type"] != "BPE")
-      fail("{}: unsupported model type {} (only byte-level \"BPE\" is supported)", source, describe(model["type"]));
+      fail("{}: unsupported model type {} (only \"BPE\" is supported)", source, describe(model["type"]));
   } else if (!model.contains("merges")) {
     fail("{}: \"model\" has no \"type\" and no \"merges\": not a BPE model", source);
   }
-  if (get_bool(model, "byte_fallback", false, source, "model"))
-    fail("{}: unsupported \"model.byte_fallback\": true (SentencePiece-style BPE)", source);
   if (model.contains("dropout") && !model["dropout"].is_null()) {
     const json& dropout = model["dropout"];
     if (!dropout.is_number()) fail("{}: \"model.dropout\" must be a number or null, found {}", source, describe(dropout));
@@ -805,21 +921,54 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   t.added_flag.assign(vocab_size, 0);
   t.special_flag.assign(vocab_size, 0);
 
+  // ---- alphabet (the decoder says which) ----
+  t.alphabet = parse_decoder(root.value("decoder", json()), source);
+  t.byte_fallback = get_bool(model, "byte_fallback", false, source, "model");
+  t.fuse_unk = get_bool(model, "fuse_unk", false, source, "model");
+  if (t.byte_fallback && t.alphabet == Alphabet::ByteLevel)
+    fail("{}: \"model.byte_fallback\": true with the ByteLevel decoder (byte fallback needs the decoder Sequence "
+         "[Replace, ByteFallback, Fuse])",
+         source);
   t.bytes_to_id.reserve(key_to_id.size());
-  for (const auto& [key, id] : key_to_id) {
-    if (auto bytes = byte_level_to_bytes(key)) {
-      t.token_bytes[id] = *bytes;
-      t.bytes_to_id.emplace(std::move(*bytes), id);
-    } else {
-      t.token_bytes[id] = key;  // not byte-level: decodes to its own text, never produced by encode
+  if (t.alphabet == Alphabet::ByteLevel) {
+    for (const auto& [key, id] : key_to_id) {
+      if (auto bytes = byte_level_to_bytes(key)) {
+        t.token_bytes[id] = *bytes;
+        t.bytes_to_id.emplace(std::move(*bytes), id);
+      } else {
+        t.token_bytes[id] = key;  // not byte-level: decodes to its own text, never produced by encode
+      }
     }
-  }
-  for (int b = 0; b < 256; ++b) {
-    const auto it = t.bytes_to_id.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
-    if (it == t.bytes_to_id.end())
-      fail("{}: \"model.vocab\" has no token for byte 0x{:02X} ({}): not a byte-level BPE vocabulary", source, b,
-           bytes_to_byte_level(std::string(1, static_cast<char>(b))));
-    t.byte_id[b] = it->second;
+    for (int b = 0; b < 256; ++b) {
+      const auto it = t.bytes_to_id.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
+      if (it == t.bytes_to_id.end())
+        fail("{}: \"model.vocab\" has no token for byte 0x{:02X} ({}): not a byte-level BPE vocabulary", source, b,
+             bytes_to_byte_level(std::string(1, static_cast<char>(b))));
+      t.byte_id[b] = it->second;
+    }
+  } else {
+    t.fallback_id.fill(-1);
+    t.piece_to_id = key_to_id;
+    for (const auto& [key, id] : key_to_id) {
+      if (const std::optional<uint8_t> b = fallback_byte(key)) {
+        t.token_bytes[id] = std::string(1, static_cast<char>(*b));
+        if (key == fmt::format("<0x{:02X}>", *b)) t.fallback_id[*b] = id;
+      } else {
+        if (!is_valid_utf8(key)) fail("{}: \"model.vocab\" key {} is not valid UTF-8", source, describe(json(key)));
+        t.token_bytes[id] = Impl::replace_all(key, "\u2581", " ");
+        t.bytes_to_id[t.token_bytes[id]] = id;
+      }
+    }
+    // A byte's text may also be a whole token (" " is both "\u2581" and "<0x20>"): token_id() gives the whole one.
+    for (int b = 0; b < 256; ++b)
+      if (t.fallback_id[b] >= 0) t.bytes_to_id.emplace(std::string(1, static_cast<char>(b)), t.fallback_id[b]);
+    const json unk = model.value("unk_token", json());
+    if (!unk.is_null()) {
+      if (!unk.is_string()) fail("{}: \"model.unk_token\" must be a string or null, found {}", source, describe(unk));
+      const auto it = key_to_id.find(unk.get<std::string>());
+      if (it == key_to_id.end()) fail("{}: \"model.unk_token\" {} is not in \"model.vocab\"", source, describe(unk));
+      t.unk_id = it->second;
+    }
   }
 
   // ---- merges ----
@@ -855,26 +1004,25 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
   // Added tokens go after the model vocabulary so that they win on id conflicts (as in HF).
   for (size_t i = 0; i < t.added.size(); ++i) {
     const AddedToken& tok = t.added[i];
-    t.token_bytes[tok.id] = tok.content;
+    // The decoder reads added tokens too: SentencePiece's Replace turns their U+2581 into spaces.
+    t.token_bytes[tok.id] = t.alphabet == Alphabet::SentencePiece ? Impl::replace_all(tok.content, "\u2581", " ") : tok.content;
     t.added_flag[tok.id] = 1;
     t.special_flag[tok.id] = tok.special ? 1 : 0;
     t.added_by_content[tok.content] = tok.id;
   }
 
-  // ---- normalizer, pre-tokenizer, decoder ----
-  t.norm = parse_normalizer(root.value("normalizer", json()), source);
+  // ---- normalizer, pre-tokenizer ----
+  parse_normalizer(root.value("normalizer", json()), source, t.norm_steps);
   parse_pre_tokenizer(root.value("pre_tokenizer", json()), source, t.pre_steps);
-  if (std::none_of(t.pre_steps.begin(), t.pre_steps.end(), [](const PreStep& s) { return s.kind == PreStep::ByteLevel; }))
-    fail("{}: \"pre_tokenizer\" has no ByteLevel step: only byte-level BPE tokenizers are supported", source);
-  {
-    const json decoder = root.value("decoder", json());
-    if (!decoder.is_object() || decoder.value("type", json()) != "ByteLevel")
-      fail("{}: unsupported decoder {} (only \"ByteLevel\" is supported)", source,
-           decoder.is_object() ? describe(decoder.value("type", json())) : describe(decoder));
-  }
+  const bool has_byte_level_step =
+      std::any_of(t.pre_steps.begin(), t.pre_steps.end(), [](const PreStep& s) { return s.kind == PreStep::ByteLevel; });
+  if (t.alphabet == Alphabet::ByteLevel && !has_byte_level_step)
+    fail("{}: \"pre_tokenizer\" has no ByteLevel step, which the ByteLevel decoder needs", source);
+  if (t.alphabet == Alphabet::SentencePiece && has_byte_level_step)
+    fail("{}: \"pre_tokenizer\" has a ByteLevel step, which the SentencePiece decoder cannot undo", source);
   for (size_t i = 0; i < t.added.size(); ++i) {
     AddedToken& tok = t.added[i];
-    if (tok.normalized && t.norm != NormForm::None) {
+    if (tok.normalized && !t.norm_steps.empty()) {
       const std::string normalized = t.normalize(tok.content);
       t.normalized_trie.insert(normalized, static_cast<int32_t>(i));
       if (!t.added_by_content.count(normalized)) t.added_by_content[normalized] = tok.id;

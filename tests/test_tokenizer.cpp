@@ -1,6 +1,6 @@
 // Tokenizer tests.
 //   Tokenizer.*          small hand-built tokenizer.json files: BPE merges, added tokens, errors, UTF-8.
-//   TokenizerReference.* the Llama 3.1 and Qwen3 tokenizers against @huggingface/tokenizers (npm) on the
+//   TokenizerReference.* the Llama 3.1, Qwen3 and Gemma 3 tokenizers against @huggingface/tokenizers (npm) on the
 //                        generated corpus; the data comes from scripts/tokenizer_reference.sh, which ctest
 //                        runs first as the fixture "tokenizer_reference_setup".
 #include "tests/helpers/error_of.h"
@@ -235,6 +235,82 @@ TEST(Tokenizer, OtherPreTokenizerShapes) {
   t = Tokenizer::from_json(j.dump(), kTinyConfig, "", "t");
   EXPECT_EQ(t.encode("hello world"), (std::vector<int32_t>{' ', t.token_id("hello"), t.token_id(" w"), t.token_id("orld")}));
   EXPECT_EQ(t.encode(" world"), (std::vector<int32_t>{t.token_id(" w"), t.token_id("orld")}));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// SentencePiece-style BPE (Gemma): U+2581 for a space, "<0xXX>" byte fallback, unk.
+
+constexpr const char* kMeta = "\xE2\x96\x81";  // U+2581
+
+// <unk> = 0, "<0x00>".."<0xFF>" = 1..256, then U+2581, "h", "i", U+2581 "h", U+2581 "hi", "<eot>" (added).
+json tiny_sentencepiece(bool byte_fallback = true, bool fuse_unk = true) {
+  const std::string m = kMeta;
+  json vocab = {{"<unk>", 0}};
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = 1 + b;
+  vocab[m] = 257;
+  vocab["h"] = 258;
+  vocab["i"] = 259;
+  vocab[m + "h"] = 260;
+  vocab[m + "hi"] = 261;
+  json t;
+  t["added_tokens"] = json::array({{{"id", 262}, {"content", "<eot>"}, {"special", true}, {"normalized", false}}});
+  t["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}};
+  t["pre_tokenizer"] = nullptr;
+  t["decoder"] = {{"type", "Sequence"},
+                  {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", m}}}, {"content", " "}},
+                                            {{"type", "ByteFallback"}},
+                                            {{"type", "Fuse"}}})}};
+  t["model"] = {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", fuse_unk}, {"byte_fallback", byte_fallback},
+                {"vocab", vocab}, {"merges", json::array({json::array({m, "h"}), json::array({m + "h", "i"})})}};
+  return t;
+}
+
+Tokenizer sentencepiece(const json& j) { return Tokenizer::from_json(j.dump(), "{}", "", "sp/tokenizer.json"); }
+
+TEST(Tokenizer, SentencePieceSpacesMergesAndByteFallback) {
+  const Tokenizer t = sentencepiece(tiny_sentencepiece());
+  EXPECT_EQ(t.encode(" hi"), std::vector<int32_t>{261});
+  EXPECT_EQ(t.encode("hi hi"), (std::vector<int32_t>{258, 259, 261}));
+  EXPECT_EQ(t.encode("\xC3\xA9 h"), (std::vector<int32_t>{1 + 0xC3, 1 + 0xA9, 260}));  // "é" has no token
+  EXPECT_EQ(t.encode("h<eot>h"), (std::vector<int32_t>{258, 262, 258}));
+  EXPECT_EQ(t.decode(std::vector<int32_t>{258, 259, 261, 1 + 0xC3, 1 + 0xA9, 257}), "hi hi\xC3\xA9 ");
+  EXPECT_EQ(t.decode(std::vector<int32_t>{1 + 0xC3}), "\xEF\xBF\xBD");  // a lone lead byte: U+FFFD
+  EXPECT_EQ(t.token_bytes(1 + '\n'), "\n");
+  EXPECT_EQ(t.token_id(" h"), 260);
+  EXPECT_EQ(t.token_id(" "), 257);  // the whole token, not "<0x20>"
+  // Streaming holds a byte token back until the character is complete.
+  StreamingDecoder d(t);
+  EXPECT_EQ(d.push(1 + 0xC3), "");
+  EXPECT_EQ(d.push(1 + 0xA9), "\xC3\xA9");
+  EXPECT_EQ(d.push(261), " hi");
+}
+
+TEST(Tokenizer, SentencePieceUnknownCharactersWithoutByteFallback) {
+  EXPECT_EQ(sentencepiece(tiny_sentencepiece(false, true)).encode("\xC3\xA9\xC3\xA9 h"), (std::vector<int32_t>{0, 260}));
+  EXPECT_EQ(sentencepiece(tiny_sentencepiece(false, false)).encode("\xC3\xA9\xC3\xA9 h"), (std::vector<int32_t>{0, 0, 260}));
+}
+
+TEST(Tokenizer, SplitMergedWithPrevious) {
+  json j = tiny_sentencepiece();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", kMeta}}}, {"behavior", "MergedWithPrevious"}, {"invert", false}};
+  // " hi hi" -> U+2581 | "hi" U+2581 | "hi": no merge across the pieces.
+  EXPECT_EQ(sentencepiece(j).encode(" hi hi"), (std::vector<int32_t>{257, 258, 259, 257, 258, 259}));
+}
+
+TEST(Tokenizer, SentencePieceShapesThatCannotWorkAreRejected) {
+  const auto err = [](const json& j) { return error_of([&] { sentencepiece(j); }); };
+  json j = tiny_sentencepiece();
+  std::swap(j["decoder"]["decoders"][1], j["decoder"]["decoders"][2]);
+  EXPECT_NE(err(j).find("sp/tokenizer.json: unsupported decoder"), std::string::npos) << err(j);
+  j = tiny_sentencepiece();
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  EXPECT_NE(err(j).find("has a ByteLevel step"), std::string::npos) << err(j);
+  j = tiny_sentencepiece();
+  j["model"]["unk_token"] = "<nope>";
+  EXPECT_NE(err(j).find("\"model.unk_token\" \"<nope>\" is not in \"model.vocab\""), std::string::npos) << err(j);
+  j = tiny_sentencepiece();
+  j["normalizer"]["pattern"] = {{"Regex", " +"}};
+  EXPECT_NE(err(j).find("normalizer.Replace.pattern must be {\"String\": ...}"), std::string::npos) << err(j);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -600,9 +676,13 @@ TEST(TokenizerReference, Llama3CorpusDecodeAndStreaming) { check_decode("llama3"
 TEST(TokenizerReference, Qwen3CorpusDecodeAndStreaming) { check_decode("qwen3"); }
 TEST(TokenizerReference, Llama3EveryTokenDecodes) { check_vocab("llama3"); }
 TEST(TokenizerReference, Qwen3EveryTokenDecodes) { check_vocab("qwen3"); }
+TEST(TokenizerReference, Gemma3CorpusIds) { check_ids("gemma3", "ids", true); }
+TEST(TokenizerReference, Gemma3CorpusIdsWithoutSpecialParsing) { check_ids("gemma3", "ids_no_special", false); }
+TEST(TokenizerReference, Gemma3CorpusDecodeAndStreaming) { check_decode("gemma3"); }
+TEST(TokenizerReference, Gemma3EveryTokenDecodes) { check_vocab("gemma3"); }
 
 TEST(TokenizerReference, SpecialIdsAndPostProcessor) {
-  for (const std::string model : {"llama3", "qwen3"}) {
+  for (const std::string model : {"llama3", "qwen3", "gemma3"}) {
     LOAD_REFERENCE(r, model);
     const auto bos = r.ref["bos_ids"].get<std::vector<int32_t>>();
     auto with = r.tok->encode("Hello", true, true);
@@ -623,6 +703,15 @@ TEST(TokenizerReference, SpecialIdsAndPostProcessor) {
   EXPECT_EQ(qwen.tok->token_id("<think>"), 151667);
   EXPECT_FALSE(qwen.tok->is_special(151667));
   EXPECT_EQ(qwen.tok->vocab_size(), 151669u);
+  LOAD_REFERENCE(gemma, "gemma3");
+  EXPECT_EQ(gemma.tok->bos_id(), 2);
+  EXPECT_EQ(gemma.tok->eos_ids(), std::vector<int32_t>{106});  // "<end_of_turn>"
+  EXPECT_EQ(gemma.tok->token_id("<start_of_turn>"), 105);
+  EXPECT_TRUE(gemma.tok->is_special(105));
+  EXPECT_EQ(gemma.tok->token_id(" the"), 506);  // "\u2581the"
+  EXPECT_EQ(gemma.tok->token_bytes(236743), " ");  // "\u2581"
+  EXPECT_EQ(gemma.tok->token_bytes(248), "\n");   // "<0x0A>"
+  EXPECT_EQ(gemma.tok->vocab_size(), 262145u);     // 262,144 pieces and "<image_soft_token>"
 }
 
 }  // namespace

