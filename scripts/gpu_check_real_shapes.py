@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The GPU monokernel against Hugging Face transformers at real model shapes, random weights (issue 3).
+"""The GPU monokernel against Hugging Face transformers at real model shapes, random weights (issue 3;
+Gemma 3 1B and 4B: issue 39).
 
 For each shape: build the model in transformers with seeded random weights (scaled so that the
 distributions are peaked), save it in bf16, run our kernel on the saved files (gpu_logits_dump), then
@@ -31,9 +32,15 @@ import subprocess
 import sys
 
 import torch
-from hf_random_weights import randomize
-from transformers import (AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM)
+from hf_random_weights import gemma3_text_config, gemma_weights, randomize
+from transformers import (AutoTokenizer, Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
+
+
+def gemma3_layer_types(layers, pattern=6):
+    """Five sliding-window layers, then a global one."""
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
+
 
 SHAPES = {
     "llama-3.2-1b": (LlamaConfig, LlamaForCausalLM, dict(
@@ -49,6 +56,21 @@ SHAPES = {
         vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
         num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=40960,
         rope_theta=1000000.0, attention_bias=False)),
+    # Gemma 3: positions up to 2,047 run past the sliding window (512 for 1B, 1,024 for 4B).
+    "gemma-3-1b": (gemma3_text_config, Gemma3ForCausalLM, dict(
+        global_rope_theta=1000000.0, local_rope_theta=10000.0,
+        vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=32768,
+        query_pre_attn_scalar=256, sliding_window=512, layer_types=gemma3_layer_types(26),
+        hidden_activation="gelu_pytorch_tanh", attention_bias=False, final_logit_softcapping=None,
+        attn_logit_softcapping=None, pad_token_id=0)),
+    "gemma-3-4b": (gemma3_text_config, Gemma3ForCausalLM, dict(
+        global_rope_theta=1000000.0, local_rope_theta=10000.0, linear_rope_factor=8.0,
+        vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, rms_norm_eps=1e-6, tie_word_embeddings=True, max_position_embeddings=131072,
+        query_pre_attn_scalar=256, sliding_window=1024, layer_types=gemma3_layer_types(34),
+        hidden_activation="gelu_pytorch_tanh", attention_bias=False, final_logit_softcapping=None,
+        attn_logit_softcapping=None, pad_token_id=0)),
 }
 POSITIONS = [0, 1, 100, 1000, 2047]
 # A long prompt (issue 13: "a 12,000-token prompt"): the Llama-3.2-1B shape, 12,000 tokens prefilled in chunks
@@ -61,9 +83,13 @@ def random_model(name, seed):
     distributions are peaked: (config, model class, model)."""
     cfg_cls, model_cls, kw = SHAPES[name]
     torch.manual_seed(seed)
-    cfg = cfg_cls(**kw, bos_token_id=1, eos_token_id=2, hidden_act="silu")
+    gemma = model_cls is Gemma3ForCausalLM
+    cfg = cfg_cls(**kw, bos_token_id=2 if gemma else 1, eos_token_id=1 if gemma else 2,
+                  **({} if gemma else {"hidden_act": "silu"}))
     model = model_cls(cfg).to(torch.bfloat16)
     randomize(model, seed, gain=1.5)
+    if gemma:
+        gemma_weights(model)
     return cfg, model_cls, model
 GREEDY = 32
 

@@ -16,8 +16,8 @@ import tarfile
 
 import torch
 import transformers
-from hf_random_weights import randomize
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+from hf_random_weights import gemma3_text_config, gemma_weights, randomize
+from transformers import (Gemma3ForCausalLM, LlamaConfig, LlamaForCausalLM, MistralConfig,
                           MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 COMMON = dict(vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=2, max_position_embeddings=512,
@@ -47,36 +47,13 @@ MODELS = {
 def gemma3_config(**common):
     """Gemma 3 (text): (1 + w) norms, four a layer; GELU-tanh MLP; scaled embeddings; q/k norms with
     query_pre_attn_scalar; sliding layers (window 5, their own RoPE base) and a global layer with linear
-    RoPE scaling; tied head. The window is shorter than the prompt, so the sliding layers drop positions.
-    transformers 5 takes the per-layer-type RoPE in rope_parameters; 4.5x in rope_theta /
-    rope_local_base_freq / rope_scaling."""
-    common = {k: v for k, v in common.items() if k != "hidden_act"}
-    extra = dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                 hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=24, sliding_window=5,
-                 layer_types=["sliding_attention", "sliding_attention", "full_attention"], tie_word_embeddings=True,
-                 attention_bias=False, final_logit_softcapping=None, attn_logit_softcapping=None, pad_token_id=0)
-    common.pop("num_hidden_layers", None)
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        extra["rope_parameters"] = {
-            "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-        }
-    else:
-        extra.update(rope_theta=1000000.0, rope_local_base_freq=10000.0,
-                     rope_scaling={"rope_type": "linear", "factor": 8.0})
-    return Gemma3TextConfig(**common, **extra)
-
-
-def gemma_weights(model):
-    """Gemma's norms scale by (1 + w), and its embeddings by sqrt(hidden): shift the norms to scales near 1
-    and shrink the embeddings by sqrt(hidden), so that the residual stream is not the token's own (scaled)
-    embedding, which a tied head would simply echo back."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.sub_(1.0)
-            elif "embed_tokens" in name:
-                p.mul_(model.config.hidden_size ** -0.5)
+    RoPE scaling; tied head. The window is shorter than the prompt, so the sliding layers drop positions."""
+    common = {k: v for k, v in common.items() if k not in ("hidden_act", "num_hidden_layers")}
+    return gemma3_text_config(
+        1000000.0, 10000.0, 8.0, **common, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=24, sliding_window=5,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"], tie_word_embeddings=True,
+        attention_bias=False, final_logit_softcapping=None, attn_logit_softcapping=None, pad_token_id=0)
 
 
 MODELS["gemma3"] = (gemma3_config, Gemma3ForCausalLM, torch.bfloat16, {})
