@@ -81,10 +81,10 @@ struct RowFormat<MatrixFormat::FP8> {
   __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b, Group scale) { return (dot4(w.x, a) + dot4(w.y, b)) * kUnit * scale; }
   // Piece c's group scale (after the row's `cols` values).
   __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int c) {
-    return reinterpret_cast<const float*>(row + cols)[c / (kScaleGroup / 8)];
+    return reinterpret_cast<const float*>(row + cols)[c / (matrix_scale_group(MatrixFormat::FP8) / 8)];
   }
   __device__ static __forceinline__ Group group_global(const uint8_t* row, int cols, int c) {
-    return load_weight(reinterpret_cast<const float*>(row + cols) + c / (kScaleGroup / 8));
+    return load_weight(reinterpret_cast<const float*>(row + cols) + c / (matrix_scale_group(MatrixFormat::FP8) / 8));
   }
 };
 
@@ -122,14 +122,14 @@ struct RowFormat<MatrixFormat::INT4> {
   }
   // Piece c's group: its scale after the row's cols / 2 bytes of codes, its zero point after the scales.
   __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int c) {
-    const int g = c / (kScaleGroup / 8);
+    const int g = c / (matrix_scale_group(MatrixFormat::INT4) / 8);
     const uint8_t* tail = row + cols / 2;
-    return {reinterpret_cast<const float*>(tail)[g], tail[4 * scale_groups(cols) + g]};
+    return {reinterpret_cast<const float*>(tail)[g], tail[4 * scale_groups(MatrixFormat::INT4, cols) + g]};
   }
   __device__ static __forceinline__ Group group_global(const uint8_t* row, int cols, int c) {
-    const int g = c / (kScaleGroup / 8);
+    const int g = c / (matrix_scale_group(MatrixFormat::INT4) / 8);
     const uint8_t* tail = row + cols / 2;
-    return {load_weight(reinterpret_cast<const float*>(tail) + g), uint32_t(load_weight(tail + 4 * scale_groups(cols) + g))};
+    return {load_weight(reinterpret_cast<const float*>(tail) + g), uint32_t(load_weight(tail + 4 * scale_groups(MatrixFormat::INT4, cols) + g))};
   }
 #if defined(MK_PLATFORM_NVIDIA)
   __device__ static __forceinline__ __half2 u32_as_half2(uint32_t u) {

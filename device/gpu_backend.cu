@@ -215,8 +215,8 @@ class MonokernelBackend final : public GpuBackend {
     const int C = schedule_.chunk.tokens;
     const int chunked = chunked_prompt_tokens(C, int(input.size()));
     if (chunked > 0)
-      MK_GPU_CHECK(hipMemcpy(chunk_tokens_.ptr, input.data(), size_t(chunked) * sizeof(int32_t), hipMemcpyHostToDevice));
-    MK_GPU_CHECK(hipMemcpy(tokens_.ptr, input.data() + chunked, (input.size() - size_t(chunked)) * sizeof(int32_t), hipMemcpyHostToDevice));
+      MK_GPU_CHECK(hipMemcpy(state_.chunk_tokens.ptr, input.data(), size_t(chunked) * sizeof(int32_t), hipMemcpyHostToDevice));
+    MK_GPU_CHECK(hipMemcpy(state_.tokens.ptr, input.data() + chunked, (input.size() - size_t(chunked)) * sizeof(int32_t), hipMemcpyHostToDevice));
     MK_GPU_CHECK(hipMemset(counters_.ptr, 0, counters_.bytes));
     MK_GPU_CHECK(hipMemset(stop_flag_.ptr, 0, stop_flag_.bytes));
     if (opt_.profile) MK_GPU_CHECK(hipMemset(profile_.ptr, 0, profile_.bytes));
@@ -298,24 +298,25 @@ class MonokernelBackend final : public GpuBackend {
   const Schedule& schedule() const override { return schedule_; }
   void fill_context_for_benchmark(int tokens, uint64_t seed) override {
     if (tokens < 0 || tokens >= opt_.context) fail("benchmark context {} must be below the context size {}", tokens, opt_.context);
-    dev::fill_random_bf16(k_cache_.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed);
-    dev::fill_random_bf16(v_cache_.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed + 1);
+    dev::fill_random_bf16(state_.k_cache.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed);
+    dev::fill_random_bf16(state_.v_cache.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed + 1);
     position_ = tokens;
     pending_ = -1;
   }
   std::vector<float> last_logits() const override {
     std::vector<float> out(size_t(cfg_.vocab_size));
-    MK_GPU_CHECK(hipMemcpy(out.data(), logits_.ptr, out.size() * sizeof(float), hipMemcpyDeviceToHost));
+    MK_GPU_CHECK(hipMemcpy(out.data(), state_.logits.ptr, out.size() * sizeof(float), hipMemcpyDeviceToHost));
     return out;
   }
 
   ~MonokernelBackend() override {
     if (lost_) {  // the hung kernel still runs: freeing what it uses would wait for it forever
-      for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &stream_records_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_, &x_,
-                              &qkv_, &att_o_, &att_ml_, &att_, &h_, &logits_, &lm_value_, &lm_index_, &k_cache_, &v_cache_, &tokens_,
-                              &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &chunk_tokens_, &chunk_x_,
-                              &chunk_qkv_, &chunk_act_, &chunk_q_, &chunk_h_, &layer_attention_, &projected_})
+      for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &stream_records_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_,
+                              &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &layer_attention_})
         b->abandon();
+#define MK_ABANDON(NAME, TYPE, ELEMENTS, CELL, WHAT) state_.NAME.abandon();
+      MK_DECODE_BUFFERS(MK_ABANDON)
+#undef MK_ABANDON
       channel_.abandon();
       return;
     }
@@ -420,35 +421,19 @@ class MonokernelBackend final : public GpuBackend {
       layer_attention.push_back({L.attention.window, L.attention.scale, ropes.of_layer[l], 0});
     }
     upload(layer_attention_, layer_attention, "attention's per-layer data");
-    if (layout_.has_post_norms) projected_.allocate(size_t(cfg_.hidden_size) * 4, "the projected rows of the post-norm layers");
     counters_.allocate(dev::counter_word(schedule_.counter_lines()) * sizeof(unsigned), "counters");
     if (!opt_.unit_domain.empty())
       upload(unit_domain_, std::vector<int16_t>(opt_.unit_domain.begin(), opt_.unit_domain.end()), "the sync-domain map");
     stop_flag_.allocate(sizeof(uint32_t), "the stop flag");
-    const size_t H = size_t(cfg_.hidden_size), S = size_t(schedule_.attention_splits), hd = size_t(cfg_.head_dim);
-    x_.allocate(H * 4, "x");
-    qkv_.allocate(size_t(layout_.qkv_rows) * 4, "qkv");
-    att_o_.allocate(size_t(cfg_.num_heads) * S * hd * 4, "attention partials");
-    if (schedule_.combine_once.enabled) att_.allocate(size_t(cfg_.num_heads) * hd * 4, "attention output");
-    att_ml_.allocate(dev::attention_ml_floats(dims()) * 4, "attention partials");  // whole 16-byte pieces: o_proj copies them so
-    h_.allocate(size_t(cfg_.intermediate_size) * 4, "mlp activations");
-    logits_.allocate(size_t(cfg_.vocab_size) * 4, "logits");
-    lm_value_.allocate(size_t(schedule_.lm_head_slots) * 4, "lm_head partials");
-    lm_index_.allocate(size_t(schedule_.lm_head_slots) * 4, "lm_head partials");
-    k_cache_.allocate(kv_bytes() / 2, "the K cache");
-    v_cache_.allocate(kv_bytes() / 2, "the V cache");
-    tokens_.allocate((size_t(opt_.context) + 1) * sizeof(int32_t), "tokens");
-    const size_t act_cols = size_t(std::max(cfg_.hidden_size, cfg_.q_dim()));
+    // The decode state, one allocation per buffer of runtime/decode_buffers.h that the model uses.
+    const DecodeShapes s = DecodeShapes::of(cfg_, layout_, schedule_, opt_.context);
+#define MK_ALLOCATE(NAME, TYPE, ELEMENTS, CELL, WHAT) \
+    if (size_t(ELEMENTS) > 0) state_.NAME.allocate(size_t(ELEMENTS) * sizeof(TYPE), WHAT);
+    MK_DECODE_BUFFERS(MK_ALLOCATE)
+#undef MK_ALLOCATE
     if (schedule_.chunk.enabled()) {
-      const size_t C = size_t(schedule_.chunk.tokens);
       upload(chunk_instrs_, schedule_.chunk.instrs, "the chunk-step schedule");
       upload(chunk_wg_begin_, schedule_.chunk.wg_begin, "the chunk-step schedule");
-      chunk_tokens_.allocate(size_t(opt_.context) * sizeof(int32_t), "the prompt tokens of the chunk steps");
-      chunk_x_.allocate(C * H * 4, "the chunk steps' residual stream");
-      chunk_qkv_.allocate(C * size_t(layout_.qkv_rows) * 4, "the chunk steps' qkv");
-      chunk_act_.allocate(C * act_cols * 2, "the chunk steps' matrix inputs");
-      chunk_q_.allocate(C * size_t(cfg_.q_dim()) * 2, "the chunk steps' queries");
-      chunk_h_.allocate(C * size_t(cfg_.intermediate_size) * 2, "the chunk steps' MLP activations");
     }
     profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
     workgroup_unit_.allocate(size_t(schedule_.num_workgroups) * sizeof(uint32_t), "profile counters");
@@ -479,22 +464,12 @@ class MonokernelBackend final : public GpuBackend {
     p.embed = layout_.embed;
     p.final_norm = layout_.final_norm;
     p.lm_head = layout_.lm_head;
-    p.x = x_.as<float>();
-    p.qkv = qkv_.as<float>();
-    p.att_o = att_o_.as<float>();
-    p.att_ml = att_ml_.as<float>();
-    p.att = att_.as<float>();
+#define MK_BIND(NAME, TYPE, ELEMENTS, CELL, WHAT) p.NAME = state_.NAME.as<TYPE>();
+    MK_DECODE_BUFFERS(MK_BIND)
+#undef MK_BIND
     p.arrivals_first = schedule_.combine_once.first_counter;
-    p.h = h_.as<float>();
-    p.logits = logits_.as<float>();
-    p.lm_best_value = lm_value_.as<float>();
-    p.lm_best_index = lm_index_.as<int32_t>();
-    p.k_cache = k_cache_.as<uint16_t>();
-    p.v_cache = v_cache_.as<uint16_t>();
     p.rope = rope_.as<float>();
     p.layer_attention = layer_attention_.as<dev::LayerAttentionParams>();
-    p.projected = projected_.as<float>();
-    p.tokens = tokens_.as<int32_t>();
     p.stop_flag = stop_flag_.as<uint32_t>();
     p.chunk_instrs = chunk_instrs_.as<Instr>();
     p.chunk_wg_begin = chunk_wg_begin_.as<uint32_t>();
@@ -502,13 +477,7 @@ class MonokernelBackend final : public GpuBackend {
     p.chunk_final_counter = schedule_.chunk.final_counter;
     p.chunk_final_per_step = schedule_.chunk.final_per_step;
     p.chunk_size = schedule_.chunk.tokens;
-    p.chunk_act_cols = int(act_cols);
-    p.chunk_x = chunk_x_.as<float>();
-    p.chunk_qkv = chunk_qkv_.as<float>();
-    p.chunk_act = chunk_act_.as<uint16_t>();
-    p.chunk_q = chunk_q_.as<uint16_t>();
-    p.chunk_h = chunk_h_.as<uint16_t>();
-    p.chunk_tokens = chunk_tokens_.as<int32_t>();
+    p.chunk_act_cols = int(s.chunk_act_cols);
     auto* dev_base = static_cast<uint8_t*>(channel_.device);
     p.channel = reinterpret_cast<dev::HostChannel*>(dev_base);
     p.out_tokens = reinterpret_cast<int32_t*>(dev_base + tokens_offset_);
@@ -709,9 +678,13 @@ class MonokernelBackend final : public GpuBackend {
   size_t smem_bytes_ = 0;
   uint32_t stream_slots_ = 0, stream_slot_bytes_ = 0, stream_ring_offset_ = 0;
   hipStream_t stream_ = nullptr;
-  DeviceBuffer weights_, layers_, instrs_, stream_records_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, x_, qkv_, att_o_, att_ml_, att_, h_, logits_,
-      lm_value_, lm_index_, k_cache_, v_cache_, tokens_, profile_, workgroup_unit_, trace_, chunk_instrs_, chunk_wg_begin_,
-      chunk_tokens_, chunk_x_, chunk_qkv_, chunk_act_, chunk_q_, chunk_h_, layer_attention_, projected_;
+  DeviceBuffer weights_, layers_, instrs_, stream_records_, wg_begin_, rope_, counters_, unit_domain_, stop_flag_, profile_,
+      workgroup_unit_, trace_, chunk_instrs_, chunk_wg_begin_, layer_attention_;
+  struct DecodeState {  // runtime/decode_buffers.h
+#define MK_DEVICE_BUFFER(NAME, TYPE, ELEMENTS, CELL, WHAT) DeviceBuffer NAME;
+    MK_DECODE_BUFFERS(MK_DEVICE_BUFFER)
+#undef MK_DEVICE_BUFFER
+  } state_;
   MappedHostBuffer channel_;
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};

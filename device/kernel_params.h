@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "runtime/decode_buffers.h"
 #include "runtime/sampling.h"
 #include "runtime/schedule.h"
 #include "runtime/weight_layout.h"
@@ -201,7 +202,7 @@ MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool
 MK_HD_INLINE bool attention_combines_once(const ModelDims& d, bool long_context) { return d.combine_once && !long_context; }
 
 // Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces
-// (o_proj copies them into shared memory in 16-byte asynchronous copies).
+// (o_proj copies them into shared memory in 16-byte asynchronous copies; DecodeShapes sizes the buffer so).
 MK_HD_INLINE size_t attention_ml_floats(const ModelDims& d) { return (size_t(d.heads) * size_t(d.attention_splits) * 2 + 3) / 4 * 4; }
 
 // Float offset in shared memory of the residual rows o_proj / down add to: after the larger of down's
@@ -248,20 +249,14 @@ struct KernelParams {
   const uint8_t* weights;
   const LayerOffsets* layers;
   uint64_t embed, final_norm, lm_head;
-  // Decode state.
-  float* x;
-  float* qkv;
-  float* att_o;   // attention partials: unnormalised o per (query head, split)
-  float* att_ml;  // and (m, l) per (query head, split)
-  float* att;     // with combine_once: the attention output per query head
-  float* h;
-  float* logits;
-  float* lm_best_value;
-  int32_t* lm_best_index;
-  uint16_t* k_cache;  // bf16 [layer][kv head][context][head_dim]
-  uint16_t* v_cache;
+  // Decode state (runtime/decode_buffers.h): x, qkv, the attention partials (unnormalised o, then (m, l),
+  // per (query head, split)), with combine_once the attention output per query head, h, the logits, the
+  // LM head's partial argmax, the K and V caches (bf16 [layer][kv head][context][head_dim]) and the token
+  // of each step of this launch (its prompt part written by the host).
+#define MK_KERNEL_PARAM(NAME, TYPE, ELEMENTS, CELL, WHAT) TYPE* NAME;
+  MK_DECODE_STEP_BUFFERS(MK_KERNEL_PARAM)
   const float* rope;  // tables of [context][hd/2] cos then sin, one after the other (LayerAttentionParams::rope_table)
-  int32_t* tokens;    // token of each step in this launch (prompt part written by the host)
+  MK_DECODE_TOKEN_BUFFERS(MK_KERNEL_PARAM)
   uint32_t* stop_flag;
   // Host-mapped.
   HostChannel* channel;
@@ -295,26 +290,21 @@ struct KernelParams {
   int32_t eos[kMaxEosIds];
   int num_eos;
   // Chunk steps (prefill; runtime/schedule.h's ChunkSchedule): their instruction lists and counters
-  // (chunk counter c is counter line chunk_first_line + c), and their buffers, chunk_size tokens each:
-  // the residual stream (fp32), the 16-bit input of the next matrix op (chunk_act_cols columns), qkv
-  // (fp32), the RoPE'd queries (bf16), the MLP activations (16-bit).
+  // (chunk counter c is counter line chunk_first_line + c), and their buffers, chunk_size tokens each
+  // (runtime/decode_buffers.h; chunk_act has chunk_act_cols columns), and per launch the prompt tokens
+  // they run (chunk_count of them, from position chunk_start, in `chunks` steps); token step 0 then runs
+  // at position `start`.
   const Instr* chunk_instrs;
   const uint32_t* chunk_wg_begin;
   uint32_t chunk_first_line, chunk_final_counter, chunk_final_per_step;
   int chunk_size, chunk_act_cols;
-  float* chunk_x;
-  float* chunk_qkv;
-  uint16_t* chunk_act;
-  uint16_t* chunk_q;
-  uint16_t* chunk_h;
-  // Per launch: the prompt tokens the chunk steps run (chunk_count of them, from position chunk_start,
-  // in `chunks` steps); token step 0 then runs at position `start`.
-  const int32_t* chunk_tokens;
+  MK_DECODE_CHUNK_BUFFERS(MK_KERNEL_PARAM)
   int chunk_start, chunk_count, chunks;
   // One per entry of `instrs`. At the end: fields placed among the others have made kernels spill.
   const StreamRecord* stream_records;
   // Post-norm layers (LayerOffsets::post_attn_norm): o_proj's and down's rows before post_norm adds them.
-  float* projected;
+  MK_DECODE_LATE_BUFFERS(MK_KERNEL_PARAM)
+#undef MK_KERNEL_PARAM
   const LayerAttentionParams* layer_attention;  // one per layer
 };
 

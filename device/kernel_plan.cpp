@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "device/ops/ops.h"
+#include "runtime/decode_buffers.h"
 #include "runtime/error.h"
 #include "runtime/step_recipe.h"
 
@@ -157,23 +158,14 @@ MemoryNeed device_memory_need(const ModelConfig& c, const WeightLayout& layout, 
                               size_t slack) {
   MemoryNeed need;
   need.weights = layout.total_bytes;
-  need.kv_cache = 2 * size_t(c.num_layers) * size_t(c.num_kv_heads) * size_t(context) * size_t(c.head_dim) * 2;
+  const DecodeBufferBytes state = decode_buffer_bytes(DecodeShapes::of(c, layout, schedule, context));
+  need.kv_cache = state.kv_cache;
+  need.chunk = state.chunk + schedule.chunk.instrs.size() * sizeof(Instr) + schedule.chunk.wg_begin.size() * sizeof(uint32_t);
   // A RoPE table per distinct RoPE of the layers (Gemma 3: its sliding and its global layers').
   const size_t rope_tables = rope_kinds(build_step_recipe(c)).kinds.size();
   const size_t rope = rope_tables * size_t(context) * size_t(c.head_dim) * sizeof(float);
-  const size_t projected = layout.has_post_norms ? size_t(c.hidden_size) : 0;
-  const size_t state = size_t(4 * (size_t(c.hidden_size) + projected + size_t(layout.qkv_rows) + size_t(c.intermediate_size) + size_t(c.vocab_size)) +
-                              8 * size_t(c.num_heads) * size_t(schedule.attention_splits) * size_t(c.head_dim + 2) +
-                              (schedule.combine_once.enabled ? 4 * size_t(c.q_dim()) : 0));
   const size_t token_lists = schedule.instrs.size() * (sizeof(Instr) + sizeof(StreamRecord)) + schedule.wg_begin.size() * sizeof(uint32_t);
-  need.other = rope + state + token_lists + slack;
-  if (schedule.chunk.enabled()) {
-    const size_t C = size_t(schedule.chunk.tokens), H = size_t(c.hidden_size), q_dim = size_t(c.q_dim());
-    const size_t floats = C * (H + size_t(layout.qkv_rows));
-    const size_t halves = C * (std::max(H, q_dim) + q_dim + size_t(c.intermediate_size));
-    const size_t lists = schedule.chunk.instrs.size() * sizeof(Instr) + size_t(context) * sizeof(int32_t);
-    need.chunk = floats * 4 + halves * 2 + lists;
-  }
+  need.other = rope + (state.total - state.kv_cache - state.chunk) + token_lists + slack;
   return need;
 }
 

@@ -21,7 +21,7 @@ __global__ void fill_kernel(uint8_t* dst, uint64_t count, bool f32, bool fp16, f
 // and mantissa, |v| in [2^-6, 1.875] (never a NaN code), and every group scale equal to `scale`.
 __global__ void fill_fp8_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
   const uint64_t words = rows * row_bytes / 4;
-  const uint32_t scale_words = uint32_t(scale_groups(int(cols)));
+  const uint32_t scale_words = uint32_t(scale_groups(MatrixFormat::FP8, int(cols)));
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x) {
     const uint32_t at = uint32_t((i * 4) % row_bytes);
     if (at < cols) {
@@ -43,7 +43,7 @@ __global__ void fill_fp8_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uin
 // `scale` / 8 and zero point 8, so values are uniform over (-8..7) * scale / 8.
 __global__ void fill_int4_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
   const uint64_t words = rows * row_bytes / 4;
-  const uint32_t groups = uint32_t(scale_groups(int(cols))), values = cols / 2;
+  const uint32_t groups = uint32_t(scale_groups(MatrixFormat::INT4, int(cols))), values = cols / 2;
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x) {
     const uint32_t at = uint32_t((i * 4) % row_bytes);
     if (at < values) {

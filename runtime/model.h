@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
+#include "runtime/matrix_format.h"
 #include "runtime/model_config.h"
 
 namespace mk {
@@ -95,6 +96,7 @@ struct Model {
   std::filesystem::path dir;
   ModelConfig config;
   ModelWeights weights;
+  WeightFormats formats;  // resolved once at load (runtime/quantize.h); what the weight image is packed in
   std::vector<std::shared_ptr<const MappedFile>> files;  // keep the mappings alive
   std::vector<std::shared_ptr<const std::vector<uint8_t>>> owned;  // tensors made at load time (quantized)
   uint64_t weight_bytes() const;                          // bytes of all tensors in `weights`, lm_head once if tied

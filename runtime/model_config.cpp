@@ -431,12 +431,13 @@ void read_fine_grained_fp8(const Keys& q, WeightQuantization& w) {
          q.name("weight_block_size"), b.is_array() && b.size() <= 4 ? b.dump() : describe(b));
   w.block_rows = b[0].get<int>();
   w.block_cols = b[1].get<int>();
-  // The FP8 matrix format gives each 128-column group of a row one scale (runtime/matrix_format.h), so a
-  // block must not split a group.
-  if (w.block_cols % kScaleGroup != 0)
+  // The FP8 matrix format gives each group of a row one scale (runtime/matrix_format.h), so a block must
+  // not split a group.
+  constexpr int kGroup = matrix_scale_group(MatrixFormat::FP8);
+  if (w.block_cols % kGroup != 0)
     fail("{}: '{}' = [{}, {}] is not supported: its column size must be a multiple of {} (the fp8 kernels read one "
          "scale per {} columns of a row)",
-         q.source(), q.name("weight_block_size"), w.block_rows, w.block_cols, kScaleGroup, kScaleGroup);
+         q.source(), q.name("weight_block_size"), w.block_rows, w.block_cols, kGroup, kGroup);
 }
 
 bool float_quantized_format(const std::string& format) {

@@ -261,13 +261,14 @@ class WeightFiles {
     const std::string file = file_of(qweight_name).file->path().string();
     const std::string matrix = fmt::format("the [{}, {}] matrix ({})", out, in, expected.why);
 
-    // The kernels read one scale and zero point per kScaleGroup columns of a row: a group must not split one.
+    // The kernels read one scale and zero point per scale group of a row: a checkpoint's group must not split one.
     const int64_t group = q.group_size == -1 ? in : q.group_size;
-    if (group % kScaleGroup != 0 && group < in)
+    constexpr int kGroup = matrix_scale_group(MatrixFormat::INT4);
+    if (group % kGroup != 0 && group < in)
       fail("tensor {} in {}: quantization_config.group_size = {} is not supported for {}: the int4 kernels read one "
            "scale and zero point per {} columns of a row, so a group must be a multiple of {} columns, or -1 (one "
            "group per row)",
-           qweight_name, file, q.group_size, matrix, kScaleGroup, kScaleGroup);
+           qweight_name, file, q.group_size, matrix, kGroup, kGroup);
     const int64_t groups = (in + group - 1) / group;
     // Whole words: eight codes of the packed dimension (and eight zero points of a row of qzeros) per int32.
     if (out % 8 != 0 || (!awq && in % 8 != 0))

@@ -93,10 +93,10 @@ std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format
   auto m = std::make_unique<Model>();
   m->config = preset_config(name);
   m->dir = "preset:" + name;
-  // No tensors: the embedding's dtype names the layers' matrix format (matrix_format_for), the LM head's
-  // the head's (head_format_for).
-  m->weights.embed.dtype = matrix_format_dtype(format);
-  m->weights.lm_head.dtype = matrix_format_dtype(head_format.value_or(format));
+  // No tensors: the formats are given, and the head's dtypes say them too.
+  m->formats = WeightFormats{format, head_format.value_or(format)};
+  m->weights.embed.dtype = matrix_format_dtype(m->formats.head);
+  m->weights.lm_head.dtype = matrix_format_dtype(m->formats.head);
   return m;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <exception>
@@ -16,6 +17,7 @@ namespace {
 
 constexpr float kFp8Max = 448.0f;
 constexpr int kInt4Max = 15;
+constexpr int kMaxScaleGroup = 128;  // the largest scale group of a quantized format (a row group's buffer)
 
 template <class M, class T>
 std::vector<T*> matrices_of(M& model) {
@@ -46,7 +48,8 @@ void read_group(const TensorView& t, int64_t r, int64_t c0, int64_t c1, float* g
 
 // One matrix, row by row, group by group: codes, per-group scales (and zero points) into owned buffers.
 void quantize_matrix(TensorView& t, MatrixFormat format, Owned& owned, std::mutex& owned_lock) {
-  const int64_t rows = t.shape[0], cols = t.shape[1], groups = scale_groups(int(cols));
+  const int64_t rows = t.shape[0], cols = t.shape[1], groups = scale_groups(format, int(cols));
+  const int64_t group_cols = matrix_scale_group(format);
   const bool int4 = format == MatrixFormat::INT4;
   auto values = std::make_shared<std::vector<uint8_t>>(size_t(int4 ? (rows * cols + 1) / 2 : rows * cols), uint8_t(0));
   auto scales = std::make_shared<std::vector<uint8_t>>(size_t(rows * groups) * sizeof(float));
@@ -54,10 +57,11 @@ void quantize_matrix(TensorView& t, MatrixFormat format, Owned& owned, std::mute
   float* scale = reinterpret_cast<float*>(scales->data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c0 = g * kScaleGroup, c1 = std::min(cols, c0 + kScaleGroup);
-      float group[kScaleGroup];
-      read_group(t, r, c0, c1, group);
-      const auto [lo, hi] = std::minmax_element(group, group + (c1 - c0));
+      const int64_t c0 = g * group_cols, c1 = std::min(cols, c0 + group_cols);
+      std::array<float, kMaxScaleGroup> group;
+      static_assert(matrix_scale_group(MatrixFormat::FP8) <= kMaxScaleGroup && matrix_scale_group(MatrixFormat::INT4) <= kMaxScaleGroup);
+      read_group(t, r, c0, c1, group.data());
+      const auto [lo, hi] = std::minmax_element(group.begin(), group.begin() + (c1 - c0));
       if (!int4) {
         const float amax = std::max(std::fabs(*lo), std::fabs(*hi));
         const float s = amax > 0.f ? amax / kFp8Max : 1.0f;
@@ -94,7 +98,7 @@ void quantize_matrix(TensorView& t, MatrixFormat format, Owned& owned, std::mute
   q.scale.dtype = DType::F32;
   q.scale.data = scales->data();
   q.scale.block_rows = 1;
-  q.scale.block_cols = kScaleGroup;
+  q.scale.block_cols = int(group_cols);
   q.scale.cols = groups;
   q.scale.count = rows * groups;
   if (int4) q.scale.zero = zeros->data();
@@ -121,36 +125,67 @@ DType matrix_format_dtype(MatrixFormat f) {
   }
 }
 
-MatrixFormat matrix_format_for(const Model& model) {
+namespace {
+
+// The matrix format a tensor's dtype reads as: its quantized format, F16, or BF16 (F32 is converted to it).
+MatrixFormat format_of_dtype(DType t) {
+  return is_quantized_dtype(t) ? quantized_format_of(t) : t == DType::F16 ? MatrixFormat::F16 : MatrixFormat::BF16;
+}
+
+// The layers' format as stored: the quantized format of any quantized matrix, else the 16-bit type of
+// the first matrix that has one (F32 matrices go to BF16).
+MatrixFormat stored_body_format(const Model& model) {
   const auto& w = model.weights;
-  if (w.layers.empty()) {  // a preset
-    const DType t = w.embed.dtype;
-    return is_quantized_dtype(t) ? quantized_format_of(t) : t == DType::F16 ? MatrixFormat::F16 : MatrixFormat::BF16;
-  }
   for (const LayerWeights& l : w.layers)
     for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
       if (is_quantized_dtype(t->dtype)) return quantized_format_of(t->dtype);
-  return w.layers[0].wq.dtype == DType::F16 ? MatrixFormat::F16 : MatrixFormat::BF16;
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (t->dtype == DType::F16 || t->dtype == DType::BF16) return format_of_dtype(t->dtype);
+  return MatrixFormat::BF16;
 }
 
-MatrixFormat head_format_for(const Model& model) {
-  const MatrixFormat layers = matrix_format_for(model);
-  if (!matrix_format_quantized(layers)) return layers;
+// `t` can be packed in format `f` without a silent change of its numbers' type: its own format, or F32
+// going to a 16-bit format.
+bool packs_as(const TensorView& t, MatrixFormat f) {
+  return format_of_dtype(t.dtype) == f || (t.dtype == DType::F32 && !matrix_format_quantized(f));
+}
+
+}  // namespace
+
+WeightFormats resolve_weight_formats(const Model& model) {
   const auto& w = model.weights;
-  // A preset names it by its LM head's dtype; a loaded model by its LM head (the embedding when tied).
-  const DType t = w.layers.empty() || w.lm_head.present() ? w.lm_head.dtype : w.embed.dtype;
-  if (is_quantized_dtype(t)) return quantized_format_of(t);
-  return t == DType::F16 ? MatrixFormat::F16 : MatrixFormat::BF16;
+  WeightFormats f;
+  f.body = stored_body_format(model);
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+      if (!packs_as(*t, f.body))
+        fail("{}: tensor {} is {}, but the model's layer matrices are {}: the kernels run one format for all of "
+             "them (a checkpoint mixing formats is not supported)",
+             model.dir.string(), t->name, dtype_name(t->dtype), matrix_format_name(f.body));
+  // The head (embedding and LM head): next to 16-bit layers, theirs; next to quantized layers, the
+  // embedding's (both halves are quantized, or neither, once prepare_matrix_formats has run).
+  f.head = matrix_format_quantized(f.body) ? format_of_dtype(w.embed.dtype) : f.body;
+  for (const TensorView* t : {&w.embed, &w.lm_head})
+    if (t->present() && !packs_as(*t, f.head))
+      fail("{}: tensor {} is {}, but the model's embedding and LM head are packed as {}: the kernels run one "
+           "format for both",
+           model.dir.string(), t->name, dtype_name(t->dtype), matrix_format_name(f.head));
+  if (matrix_format_quantized(f.head) && f.head != f.body)
+    fail("{}: the embedding is {} next to {} layers: a quantized head must be in the layers' format",
+         model.dir.string(), matrix_format_name(f.head), matrix_format_name(f.body));
+  return f;
 }
 
 std::string scale_group_problem(const TensorView& t) {
   if (!t.quantized()) return fmt::format("tensor {} is {} without scales", t.name, dtype_name(t.dtype));
   const int64_t cols = t.shape[1];
   const TensorScale& s = t.scale;
-  if (s.block_cols % kScaleGroup != 0 && s.block_cols < cols)
+  const int group = matrix_scale_group(quantized_format_of(t.dtype));
+  if (s.block_cols % group != 0 && s.block_cols < cols)
     return fmt::format("tensor {}: scale blocks of {} columns do not cover whole {}-column groups (the kernels read "
                        "one scale per {} columns of a row)",
-                       s.name, s.block_cols, kScaleGroup, kScaleGroup);
+                       s.name, s.block_cols, group, group);
   if (t.dtype == DType::U4 && s.zero == nullptr) return fmt::format("tensor {} is int4 without zero points", t.name);
   return {};
 }
@@ -185,10 +220,12 @@ void quantize_matrices(Model& model, const std::vector<TensorView*>& todo, Matri
   if (error) std::rethrow_exception(error);
 }
 
-void prepare_matrix_formats(Model& model, const LoadOptions& options) {
+namespace {
+
+void bring_to_target_formats(Model& model, const LoadOptions& options) {
   auto& w = model.weights;
   const bool tied = w.lm_head.data == w.embed.data;
-  const MatrixFormat stored = matrix_format_for(model);
+  const MatrixFormat stored = stored_body_format(model);
   MatrixFormat target = stored;
   if (options.quantize != Quantize::None) {
     target = options.quantize == Quantize::Int4 ? MatrixFormat::INT4 : MatrixFormat::FP8;
@@ -223,6 +260,13 @@ void prepare_matrix_formats(Model& model, const LoadOptions& options) {
       if (t->dtype != dtype) todo.push_back(t);
   quantize_matrices(model, todo, target, options.on_quantize_progress);
   if (tied) w.lm_head = w.embed;
+}
+
+}  // namespace
+
+void prepare_matrix_formats(Model& model, const LoadOptions& options) {
+  bring_to_target_formats(model, options);
+  model.formats = resolve_weight_formats(model);
 }
 
 }  // namespace mk

@@ -18,14 +18,14 @@ std::vector<const TensorView*> weight_matrices(const Model& model);
 // The dtype a matrix has in memory when it is in format `f` (FP8: F8_E4M3, INT4: U4).
 DType matrix_format_dtype(MatrixFormat f);
 
-// The format the kernels read the layers' matrices in: FP8 or INT4 when they are quantized so, F16 for
-// fp16 checkpoints, BF16 otherwise (F32 checkpoints are converted to BF16). A preset (no layers) names it
-// by its embedding's dtype.
-MatrixFormat matrix_format_for(const Model& model);
-// The format of the embedding and the LM head (the "head"): the layers' format, except that next to
-// quantized layers a head kept in 16 bits stays F16 (an fp16 LM head) or BF16. A preset names it by its
-// LM head's dtype.
-MatrixFormat head_format_for(const Model& model);
+// The formats the kernels read a loaded model's matrices in, from its tensors' dtypes: the layers' (FP8 or
+// INT4 when they are quantized so, F16 for fp16 checkpoints, BF16 otherwise; F32 is converted to the
+// 16-bit format) and the head's (the layers' next to 16-bit layers; next to quantized layers, the
+// embedding's: quantized with them, or kept in 16 bits). A tensor that does not fit them (an F16 matrix
+// among BF16 ones, an LM head in another type than the embedding, a quantized head in another format) is
+// an error naming it: nothing is converted silently. prepare_matrix_formats stores the result in
+// Model::formats; the rest reads it there.
+WeightFormats resolve_weight_formats(const Model& model);
 
 // Brings a loaded model's matrices into the formats the kernels will read, as `options` ask:
 // - `options.quantize` Fp8 / Int4: every layer matrix not yet in that format is quantized (a checkpoint
@@ -33,7 +33,8 @@ MatrixFormat head_format_for(const Model& model);
 //   `options.quantize_head` is false;
 // - none: a quantized checkpoint runs as stored; where only one of the embedding and an untied LM head is
 //   quantized, the other is brought along (one head format per image).
-// Scales: per row, one per kScaleGroup columns; FP8 amax / 448, INT4 (max - min) / 15 with a zero point,
+// Then sets model.formats (resolve_weight_formats).
+// Scales: per row, one per matrix_scale_group(format) columns; FP8 amax / 448, INT4 (max - min) / 15 with a zero point,
 // values rounded to nearest (even). The new tensors live in model.owned; a tied LM head stays the
 // embedding. `options.on_quantize_progress(done, total)` after each matrix. Throws BadModelError naming the
 // tensor and element for a NaN or infinite weight.
@@ -43,7 +44,7 @@ void prepare_matrix_formats(Model& model, const LoadOptions& options);
 void quantize_matrices(Model& model, const std::vector<TensorView*>& matrices, MatrixFormat format,
                        const std::function<void(int, int)>& progress = {});
 
-// Whether the scales of quantized matrix `t` give each kScaleGroup-column group of a row one scale (and
+// Whether the scales of quantized matrix `t` give each matrix_scale_group(format)-column group of a row one scale (and
 // zero point), as the quantized matrix formats' rows carry them; an error message naming the tensor if
 // not, else empty.
 std::string scale_group_problem(const TensorView& t);

@@ -92,11 +92,11 @@ void convert(const TensorView& t, int64_t first, int64_t count, DType dtype, std
 }
 
 // The scale (and zero point) of row r's group g of quantized matrix `t`, checked finite.
-float group_scale(const TensorView& t, int64_t r, int g) {
-  const float s = t.scale.at(r, int64_t(g) * kScaleGroup);
+float group_scale(const TensorView& t, int64_t r, int g, int group_cols) {
+  const float s = t.scale.at(r, int64_t(g) * group_cols);
   if (!std::isfinite(s))
     throw BadModelError(fmt::format("tensor {}: the scale of row {}, columns [{}, ...) is {}; the model cannot run",
-                                    t.scale.name, r, g * kScaleGroup, s));
+                                    t.scale.name, r, g * group_cols, s));
   return s;
 }
 
@@ -109,7 +109,7 @@ void append_quantized_rows(const TensorView& t, int64_t first_row, int64_t rows,
                                     t.name, dtype_name(t.dtype), matrix_format_name(f)));
   if (const std::string problem = scale_group_problem(t); !problem.empty()) throw BadModelError(problem);
   const int64_t cols = t.shape[1];
-  const int groups = scale_groups(int(cols));
+  const int groups = scale_groups(f, int(cols));
   const size_t row_bytes = size_t(matrix_row_bytes(f, int(cols))), value_bytes = size_t(row_value_bytes(f, int(cols)));
   const uint8_t* values = static_cast<const uint8_t*>(t.data);
   for (int64_t r = first_row; r < first_row + rows; ++r) {
@@ -129,9 +129,9 @@ void append_quantized_rows(const TensorView& t, int64_t first_row, int64_t rows,
       }
     }
     for (int g = 0; g < groups; ++g) {
-      const float s = group_scale(t, r, g);
+      const float s = group_scale(t, r, g, matrix_scale_group(f));
       std::memcpy(row + value_bytes + 4 * size_t(g), &s, 4);
-      if (f == MatrixFormat::INT4) row[value_bytes + 4 * size_t(groups) + size_t(g)] = uint8_t(t.scale.zero_at(r, int64_t(g) * kScaleGroup));
+      if (f == MatrixFormat::INT4) row[value_bytes + 4 * size_t(groups) + size_t(g)] = uint8_t(t.scale.zero_at(r, int64_t(g) * matrix_scale_group(f)));
     }
   }
 }
@@ -202,7 +202,7 @@ WeightLayout plan_weight_layout(const ModelConfig& c, MatrixFormat format, Matri
 }
 
 WeightLayout plan_weight_layout(const Model& model) {
-  return plan_weight_layout(model.config, matrix_format_for(model), head_format_for(model));
+  return plan_weight_layout(model.config, model.formats.body, model.formats.head);
 }
 
 void pack_weights(const Model& model, const WeightLayout& w, const PackSink& sink) {

@@ -104,8 +104,8 @@ TEST_P(EmulatorQuantized, MatchesTheReferenceOnTheDequantizedWeights) {
     load.quantize = q.quantize;
     load.quantize_head = q.quantize_head;
     const auto model = load_model(dir, load);
-    ASSERT_EQ(matrix_format_for(*model), q.format);
-    ASSERT_EQ(head_format_for(*model), q.quantize_head ? q.format : MatrixFormat::BF16);
+    ASSERT_EQ(model->formats.body, q.format);
+    ASSERT_EQ(model->formats.head, q.quantize_head ? q.format : MatrixFormat::BF16);
     EmulatorOptions opt;
     opt.num_workgroups = 11;
     opt.context = 48;

@@ -234,7 +234,7 @@ class Fp8Checkpoint : public ::testing::TestWithParam<Form> {};
 TEST_P(Fp8Checkpoint, LoadsAsStoredWithItsScales) {
   const Checkpoint ck = make_checkpoint(GetParam(), "fp8-ckpt");
   const auto model = ck.load();
-  EXPECT_EQ(matrix_format_for(*model), MatrixFormat::FP8);
+  EXPECT_EQ(model->formats.body, MatrixFormat::FP8);
   const auto views = matrices_by_name(*model);
   ASSERT_EQ(ck.fp8.size(), size_t(7 * fp8_spec().layers));
   for (const auto& [name, m] : ck.fp8) {
@@ -258,7 +258,7 @@ TEST_P(Fp8Checkpoint, LoadsAsStoredWithItsScales) {
         ASSERT_EQ(v.at(r * m.cols + c), m.expected(r, c)) << "[" << r << ", " << c << "]";
     EXPECT_TRUE(scale_group_problem(v).empty()) << scale_group_problem(v);
   }
-  EXPECT_EQ(head_format_for(*model), MatrixFormat::BF16);
+  EXPECT_EQ(model->formats.head, MatrixFormat::BF16);
   for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
     SCOPED_TRACE(name);
     ASSERT_EQ(views.count(name), 1u);
@@ -276,8 +276,8 @@ TEST(Fp8Checkpoints, QuantizeOptionBringsTheHeadAlong) {
   LoadOptions fp8;
   fp8.quantize = Quantize::Fp8;
   const auto model = ck.load(fp8);
-  EXPECT_EQ(matrix_format_for(*model), MatrixFormat::FP8);
-  EXPECT_EQ(head_format_for(*model), MatrixFormat::FP8);
+  EXPECT_EQ(model->formats.body, MatrixFormat::FP8);
+  EXPECT_EQ(model->formats.head, MatrixFormat::FP8);
   const auto views = matrices_by_name(*model);
   for (const auto& [name, m] : ck.fp8) EXPECT_TRUE(points_into(views.at(name)->data, *model)) << name;
   for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {

@@ -318,7 +318,7 @@ TEST_P(Int4Checkpoint, LoadsEveryElement) {
   const Checkpoint ck = make_checkpoint(GetParam(), "int4-ckpt");
   const auto model = ck.load();
   expect_matrices(ck, *model);
-  EXPECT_EQ(matrix_format_for(*model), MatrixFormat::INT4);
+  EXPECT_EQ(model->formats.body, MatrixFormat::INT4);
 }
 
 // The packed words this file wrote, unpacked per nibble as the formats' dequantizers do, are the drawn codes:
@@ -341,7 +341,7 @@ TEST_P(Int4Checkpoint, EmulatorMatchesTheReference) {
   const Checkpoint ck = make_checkpoint(GetParam(), "int4-emu");
   auto model = ck.load();
   model->config.eos_token_ids.clear();
-  ASSERT_EQ(head_format_for(*model), MatrixFormat::F16);
+  ASSERT_EQ(model->formats.head, MatrixFormat::F16);
   EmulatorOptions opt;
   opt.num_workgroups = 11;
   opt.context = 48;

@@ -311,7 +311,7 @@ TEST(KernelPlan, DeviceMemoryByPart) {
 
 // The chunk steps' buffers for Llama-3.2-1B's shapes in chunks of 1,024 tokens, written out: fp32 residual
 // (2,048) and qkv (3,072) rows, 16-bit matrix input (2,048), queries (2,048) and MLP (8,192) rows, the
-// chunk-step lists (48-byte instructions) and the prompt's tokens.
+// chunk-step lists (48-byte instructions and a 4-byte start per workgroup, 132 + 1) and the prompt's tokens.
 TEST(KernelPlan, ChunkStepBuffersAndSharedMemory) {
   Planned p = plan_for("llama-3.2-1b");
   EXPECT_EQ(dev::device_memory_need(p.cfg, p.layout, p.schedule, 4096, 0).chunk, size_t(0));
@@ -319,7 +319,7 @@ TEST(KernelPlan, ChunkStepBuffersAndSharedMemory) {
   p.schedule = build_schedule(p.cfg, ScheduleParams{132, 0, false, 1, 0, 1024});
   const dev::MemoryNeed need = dev::device_memory_need(p.cfg, p.layout, p.schedule, 4096, 0);
   const size_t floats = size_t(1024) * (2048 + 3072), halves = size_t(1024) * (2048 + 2048 + 8192);
-  EXPECT_EQ(need.chunk, floats * 4 + halves * 2 + p.schedule.chunk.instrs.size() * 48 + size_t(4096) * 4);
+  EXPECT_EQ(need.chunk, floats * 4 + halves * 2 + p.schedule.chunk.instrs.size() * 48 + size_t(133) * 4 + size_t(4096) * 4);
   EXPECT_EQ(need.total(), need.weights + need.kv_cache + need.chunk + need.other);
   // The tiles of the matrix ops (96 KiB) are the most any chunk op needs here; they fit the block's
   // shared memory on Hopper.

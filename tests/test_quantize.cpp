@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/quantize.h"
+#include "runtime/synthetic_model.h"
 #include "runtime/weight_layout.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/tiny_model.h"
@@ -50,8 +51,8 @@ constexpr int kInt4Nibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 TEST(Quantize, EveryMatrixBecomesFp8WithOneScalePerGroupOfARow) {
   const Pair m = load_both(fp8_spec(), "quantize");
-  EXPECT_EQ(matrix_format_for(*m.original), MatrixFormat::BF16);
-  EXPECT_EQ(matrix_format_for(*m.quantized), MatrixFormat::FP8);
+  EXPECT_EQ(m.original->formats.body, MatrixFormat::BF16);
+  EXPECT_EQ(m.quantized->formats.body, MatrixFormat::FP8);
   const auto originals = weight_matrices(*m.original);
   const auto quantized = weight_matrices(*m.quantized);
   ASSERT_EQ(originals.size(), quantized.size());
@@ -169,21 +170,21 @@ TEST(Quantize, ANonFiniteWeightIsNamed) {
 
 // A preset has no tensors; mk-bench's --quantize asks for the quantized image through it.
 TEST(Quantize, APresetCarriesItsMatrixFormats) {
-  EXPECT_EQ(matrix_format_for(*preset_model("llama-3.2-1b")), MatrixFormat::BF16);
-  EXPECT_EQ(matrix_format_for(*preset_model("llama-3.2-1b", MatrixFormat::FP8)), MatrixFormat::FP8);
-  EXPECT_EQ(head_format_for(*preset_model("llama-3.2-1b", MatrixFormat::FP8)), MatrixFormat::FP8);
-  EXPECT_EQ(matrix_format_for(*preset_model("qwen2.5-0.5b", MatrixFormat::F16)), MatrixFormat::F16);
+  EXPECT_EQ(preset_model("llama-3.2-1b")->formats.body, MatrixFormat::BF16);
+  EXPECT_EQ(preset_model("llama-3.2-1b", MatrixFormat::FP8)->formats.body, MatrixFormat::FP8);
+  EXPECT_EQ(preset_model("llama-3.2-1b", MatrixFormat::FP8)->formats.head, MatrixFormat::FP8);
+  EXPECT_EQ(preset_model("qwen2.5-0.5b", MatrixFormat::F16)->formats.body, MatrixFormat::F16);
   const auto int4 = preset_model("llama-3.1-8b", MatrixFormat::INT4, MatrixFormat::BF16);
-  EXPECT_EQ(matrix_format_for(*int4), MatrixFormat::INT4);
-  EXPECT_EQ(head_format_for(*int4), MatrixFormat::BF16);
+  EXPECT_EQ(int4->formats.body, MatrixFormat::INT4);
+  EXPECT_EQ(int4->formats.head, MatrixFormat::BF16);
 }
 
 // int4: per row and 128-column group, min-max scale (max - min) / 15 and zero point round(-min / s);
 // every weight within half a step of its original.
 TEST(Quantize, EveryMatrixBecomesInt4WithAScaleAndZeroPointPerGroupOfARow) {
   const Pair m = load_both(int4_spec(), "quantize-int4", Quantize::Int4);
-  EXPECT_EQ(matrix_format_for(*m.quantized), MatrixFormat::INT4);
-  EXPECT_EQ(head_format_for(*m.quantized), MatrixFormat::INT4);
+  EXPECT_EQ(m.quantized->formats.body, MatrixFormat::INT4);
+  EXPECT_EQ(m.quantized->formats.head, MatrixFormat::INT4);
   const auto originals = weight_matrices(*m.original);
   const auto quantized = weight_matrices(*m.quantized);
   ASSERT_EQ(originals.size(), quantized.size());
@@ -291,13 +292,49 @@ TEST(Quantize, Int4RowElementsFromALiteralWord) {
   EXPECT_EQ(matrix_row_bytes(MatrixFormat::INT4, 4096), 2048 + 160);
 }
 
+// The formats are resolved once at load, and a checkpoint that mixes 16-bit types among the layers'
+// matrices, or between the embedding and the LM head, is refused naming the tensor (the packer would
+// otherwise convert it silently).
+TEST(Quantize, MixedSixteenBitTypesAreRefusedNamingTheTensor) {
+  const auto check = [](const std::string& tensor, bool tied, const std::string& expected) {
+    const auto dir = test::make_temp_dir("mixed-16-bit");
+    test::TinyModelSpec spec;  // bf16
+    spec.tied = tied;
+    std::vector<synthetic::TensorBytes> tensors = test::write_tiny_model(dir, spec);
+    bool found = false;
+    for (synthetic::TensorBytes& t : tensors)
+      if (t.name == tensor) {
+        size_t n = 1;
+        for (const int64_t d : t.shape) n *= size_t(d);
+        t.dtype = "F16";
+        t.bytes = synthetic::encode(std::vector<float>(n, 0.01f), DType::F16);
+        found = true;
+      }
+    ASSERT_TRUE(found) << tensor;
+    synthetic::write_safetensors(dir / "model.safetensors", tensors);
+    const std::string msg = test::error_of([&] { load_model(dir); });
+    EXPECT_THAT(msg, HasSubstr(expected)) << msg;
+  };
+  check("model.layers.1.mlp.down_proj.weight", true,
+        "tensor model.layers.1.mlp.down_proj.weight is F16, but the model's layer matrices are bf16");
+  check("lm_head.weight", false, "tensor lm_head.weight is F16, but the model's embedding and LM head are packed as bf16");
+  // A model in one type resolves to it.
+  const auto dir = test::make_temp_dir("one-16-bit");
+  test::TinyModelSpec spec;
+  spec.dtype = DType::F16;
+  test::write_tiny_model(dir, spec);
+  const WeightFormats f = load_model(dir)->formats;
+  EXPECT_EQ(f.body, MatrixFormat::F16);
+  EXPECT_EQ(f.head, MatrixFormat::F16);
+}
+
 // quantize_head = false: the layers are int4, the embedding and LM head stay bf16, and the image packs
 // the head in 16 bits next to the quantized layers.
 TEST(Quantize, TheHeadCanStayBf16) {
   const Pair m = load_both(int4_spec(), "quantize-int4-head", Quantize::Int4, false);
   const Model& model = *m.quantized;
-  EXPECT_EQ(matrix_format_for(model), MatrixFormat::INT4);
-  EXPECT_EQ(head_format_for(model), MatrixFormat::BF16);
+  EXPECT_EQ(model.formats.body, MatrixFormat::INT4);
+  EXPECT_EQ(model.formats.head, MatrixFormat::BF16);
   EXPECT_EQ(model.weights.embed.dtype, DType::BF16);
   EXPECT_EQ(model.weights.lm_head.dtype, DType::BF16);
   const WeightLayout layout = plan_weight_layout(model);

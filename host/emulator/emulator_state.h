@@ -15,6 +15,7 @@
 
 #include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
+#include "runtime/decode_buffers.h"
 #include "runtime/quantize.h"
 #include "runtime/step_recipe.h"
 #include "runtime/weight_layout.h"
@@ -52,20 +53,16 @@ struct EmulatorState {
   std::vector<float> rope;
   std::vector<uint32_t> layer_rope;
 
-  // Decode state (what the GPU keeps in device memory).
-  Buffer<float> x, qkv, att_o, att_ml, att, h, logits, lm_best_value;  // att: Schedule::combine_once's output
-  Buffer<float> projected;  // post-norm layers: o_proj's or down's rows before post_norm adds them to x
-  Buffer<int32_t> lm_best_index;  // checked together with lm_best_value (same cells)
-  Buffer<uint16_t> k_cache, v_cache;  // bf16 [layer][kv head][position][head_dim]
-  Buffer<int32_t> tokens;             // token fed at each step of the current launch
-  Buffer<uint8_t> stop_at;            // stop_at[s] = 1: Sample at step s ended the launch
-  // Chunk steps (prefill; Schedule::chunk), C tokens at a time: the residual stream (fp32), the 16-bit
-  // input of the next matrix op (the norm's output or attention's), qkv (fp32), the RoPE'd queries
-  // (bf16), the MLP activations (16-bit); and the prompt tokens they run. "16-bit" is the layers' weight
-  // type (bf16, or f16 for f16 weights): the matrix ops multiply on tensor cores in it.
-  Buffer<float> chunk_x, chunk_qkv;
-  Buffer<uint16_t> chunk_act, chunk_q, chunk_h;
-  Buffer<int32_t> chunk_tokens;
+  // Decode state: what the GPU keeps in device memory, one Buffer per entry of runtime/decode_buffers.h
+  // (x, qkv, ..., k_cache, v_cache, tokens, the chunk steps' chunk_x, ..., chunk_tokens, projected). The
+  // chunk steps' "16-bit" buffers hold the layers' weight type (bf16, or f16 for f16 weights): their matrix
+  // ops multiply on tensor cores in it. `tokens` and `chunk_tokens` are sized per launch (the tokens it
+  // runs). Besides them, the emulator's own stop flags: stop_at[s] = 1 when Sample at step s ended the
+  // launch.
+#define MK_EMULATOR_BUFFER(NAME, TYPE, ELEMENTS, CELL, WHAT) Buffer<TYPE> NAME;
+  MK_DECODE_BUFFERS(MK_EMULATOR_BUFFER)
+#undef MK_EMULATOR_BUFFER
+  Buffer<uint8_t> stop_at;
 
   int position = 0;
   int32_t pending = -1;
@@ -93,6 +90,7 @@ struct EmulatorState {
 
 
   EmulatorState(const Model& m, Schedule s, const EmulatorOptions& o);
+  void size_buffers(const DecodeShapes& s);  // every decode buffer at its size in runtime/decode_buffers.h
 
   // ---- accessors that report to the dependency checker ----
   template <typename T>

@@ -117,8 +117,8 @@ class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
 TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
   auto model = tiny_of(GetParam(), "gpu-emu");
   if (GetParam().head16) {  // the case runs the 16-bit head body inside the quantized kernel
-    ASSERT_NE(matrix_format_for(*model), head_format_for(*model));
-    ASSERT_EQ(head_format_for(*model), GetParam().fp16 ? MatrixFormat::F16 : MatrixFormat::BF16);
+    ASSERT_NE(model->formats.body, model->formats.head);
+    ASSERT_EQ(model->formats.head, GetParam().fp16 ? MatrixFormat::F16 : MatrixFormat::BF16);
   }
   GpuOptions gopt;
   gopt.context = 256;

@@ -1,0 +1,110 @@
+// The decode state's buffers, listed once. Everything that holds them is made from these lists: the
+// kernel's parameter block declares a pointer for each (device/kernel_params.h), the GPU backend allocates
+// and binds each (device/gpu_backend.cu), device_memory_need adds them up (device/kernel_plan.cpp), and the
+// CPU emulator keeps each as a vector its happens-before checker watches (host/emulator/emulator_state.h).
+// A new buffer is one line here.
+//
+// X(NAME, TYPE, ELEMENTS, CELL, WHAT): the buffer, its element type, its elements and its checker cell
+// (expressions over `const DecodeShapes& s`), and what it is (in messages). A buffer of 0 elements is not
+// used by the model: the GPU leaves it unallocated, the emulator empty. The checker cell is the unit the
+// emulator's happens-before checker tracks (the row one write or read covers). Four lists because the
+// parameter block's order matters: its fields are placed as the lists are, around the fields that are
+// not decode buffers, and a field moved among the others has made kernels spill.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "runtime/model_config.h"
+#include "runtime/schedule.h"
+#include "runtime/weight_layout.h"
+
+namespace mk {
+
+// What the buffers' sizes depend on.
+struct DecodeShapes {
+  size_t hidden = 0, intermediate = 0, vocab = 0, heads = 0, head_dim = 0, q_dim = 0, qkv_rows = 0;
+  size_t attention_splits = 0, lm_head_slots = 0;
+  size_t kv_rows = 0;    // layers x kv heads x context: rows of head_dim in each of the K and V caches
+  size_t context = 0;
+  size_t chunk = 0;      // tokens a chunk step runs (0: no chunk steps)
+  size_t chunk_act_cols = 0;
+  bool combine_once = false, post_norms = false;
+
+  static DecodeShapes of(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule, int context) {
+    DecodeShapes s;
+    s.hidden = size_t(c.hidden_size);
+    s.intermediate = size_t(c.intermediate_size);
+    s.vocab = size_t(c.vocab_size);
+    s.heads = size_t(c.num_heads);
+    s.head_dim = size_t(c.head_dim);
+    s.q_dim = size_t(c.q_dim());
+    s.qkv_rows = size_t(layout.qkv_rows);
+    s.attention_splits = size_t(schedule.attention_splits);
+    s.lm_head_slots = size_t(schedule.lm_head_slots);
+    s.kv_rows = size_t(c.num_layers) * size_t(c.num_kv_heads) * size_t(context);
+    s.context = size_t(context);
+    s.chunk = schedule.chunk.enabled() ? size_t(schedule.chunk.tokens) : 0;
+    s.chunk_act_cols = s.hidden > s.q_dim ? s.hidden : s.q_dim;
+    s.combine_once = schedule.combine_once.enabled;
+    s.post_norms = layout.has_post_norms;
+    return s;
+  }
+  // Floats of attention's (m, l) partials of all (head, split), in whole 16-byte pieces (o_proj copies them
+  // into shared memory 16 bytes at a time).
+  size_t attention_ml_floats() const { return (heads * attention_splits * 2 + 3) / 4 * 4; }
+};
+
+// The token steps' state.
+#define MK_DECODE_STEP_BUFFERS(X)                                                                                   \
+  X(x, float, s.hidden, 1, "x (residual stream)")                                                                  \
+  X(qkv, float, s.qkv_rows, 1, "qkv")                                                                              \
+  X(att_o, float, s.heads * s.attention_splits * s.head_dim, s.head_dim, "attention partial outputs")              \
+  X(att_ml, float, s.attention_ml_floats(), 2, "attention partial max/sum")                                        \
+  X(att, float, s.combine_once ? s.heads * s.head_dim : 0, s.head_dim, "attention output")                        \
+  X(h, float, s.intermediate, 1, "mlp activations")                                                                \
+  X(logits, float, s.vocab, 1, "logits")                                                                           \
+  X(lm_best_value, float, s.lm_head_slots, 1, "lm_head partial argmax values")                                     \
+  X(lm_best_index, int32_t, s.lm_head_slots, 1, "lm_head partial argmax indices")                                  \
+  X(k_cache, uint16_t, s.kv_rows * s.head_dim, s.head_dim, "K cache")                                             \
+  X(v_cache, uint16_t, s.kv_rows * s.head_dim, s.head_dim, "V cache")
+
+// The token of each step of a launch (its prompt part written by the host).
+#define MK_DECODE_TOKEN_BUFFERS(X) X(tokens, int32_t, s.context + 1, 1, "tokens")
+
+// The chunk steps' (prefill; runtime/schedule.h's ChunkSchedule), chunk tokens each: the residual stream
+// (fp32), qkv (fp32), the 16-bit input of the next matrix op, the RoPE'd queries (bf16), the MLP
+// activations (16-bit); and the prompt tokens they run. Every chunk op reads and writes whole multiples of
+// 8 columns: cells of 8.
+#define MK_DECODE_CHUNK_BUFFERS(X)                                                                                  \
+  X(chunk_x, float, s.chunk * s.hidden, 8, "chunk residual stream")                                                \
+  X(chunk_qkv, float, s.chunk * s.qkv_rows, 8, "chunk qkv")                                                        \
+  X(chunk_act, uint16_t, s.chunk * s.chunk_act_cols, 8, "chunk matrix input")                                      \
+  X(chunk_q, uint16_t, s.chunk * s.q_dim, 8, "chunk queries")                                                      \
+  X(chunk_h, uint16_t, s.chunk * s.intermediate, 8, "chunk mlp activations")                                       \
+  X(chunk_tokens, int32_t, s.chunk > 0 ? s.context : 0, 1, "prompt tokens of the chunk steps")
+
+// Placed last in the parameter block.
+#define MK_DECODE_LATE_BUFFERS(X) \
+  X(projected, float, s.post_norms ? s.hidden : 0, 1, "projected rows (before their post-norm)")
+
+#define MK_DECODE_BUFFERS(X) \
+  MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X)
+
+// Bytes of all of them; of the K and V caches alone; of the chunk steps' alone.
+struct DecodeBufferBytes {
+  size_t total = 0, kv_cache = 0, chunk = 0;
+};
+inline DecodeBufferBytes decode_buffer_bytes(const DecodeShapes& s) {
+  DecodeBufferBytes b;
+#define MK_ADD_BYTES(NAME, TYPE, ELEMENTS, CELL, WHAT) b.total += size_t(ELEMENTS) * sizeof(TYPE);
+  MK_DECODE_BUFFERS(MK_ADD_BYTES)
+#undef MK_ADD_BYTES
+#define MK_ADD_BYTES(NAME, TYPE, ELEMENTS, CELL, WHAT) b.chunk += size_t(ELEMENTS) * sizeof(TYPE);
+  MK_DECODE_CHUNK_BUFFERS(MK_ADD_BYTES)
+#undef MK_ADD_BYTES
+  b.kv_cache = 2 * s.kv_rows * s.head_dim * sizeof(uint16_t);
+  return b;
+}
+
+}  // namespace mk
