@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -258,12 +259,25 @@ class MonokernelBackend final : public GpuBackend {
     const int steps = int(ch->steps_run);
     position_ = p.start + steps;
     pending_ = result.tokens.empty() ? -1 : result.tokens.back();
+    if (ch->nonfinite_step != 0) fail_nonfinite_logits(p.start + int(ch->nonfinite_step) - 1, int(result.tokens.size()) + 1);
     result.stats.ingested_tokens = int(input.size());
     result.stats.chunked_tokens = chunked;
     result.stats.generated_tokens = int(result.tokens.size());
     result.stats.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     collect_profile(result);
     return result;
+  }
+
+  // The kernel stopped at a step whose logits held a NaN or an infinity, without a token (device/ops/
+  // sample.h); the logits buffer still holds them. The same error as the emulator's.
+  [[noreturn]] void fail_nonfinite_logits(int position, int reply_token) const {
+    const std::vector<float> l = last_logits();
+    size_t bad = 0, first = l.size();
+    for (size_t i = 0; i < l.size(); ++i)
+      if (!std::isfinite(l[i]) && bad++ == 0) first = i;
+    fail("gpu: the logits are not finite at position {} (reply token {}): {} of {} are NaN or infinite, the first for "
+         "token {} ({}); the model's weights or activations overflow",
+         position, reply_token, bad, l.size(), first, first < l.size() ? l[first] : 0.0f);
   }
 
   void cancel() override { *cancel_flag() = 1; }

@@ -225,7 +225,9 @@ struct HostChannel {
   volatile uint32_t token_count;  // tokens published so far in this launch
   volatile uint32_t stop_reason;  // StopReason, when the launch ends
   volatile uint32_t steps_run;
-  uint32_t pad;
+  // 1 + the step whose logits held a NaN or an infinity (0: none): the launch stopped there without a
+  // token, and the host reports it (the logits buffer still holds that step's logits).
+  volatile uint32_t nonfinite_step;
   // followed by: int32 tokens[max_tokens]; uint64 token_time_ns[max_tokens]; uint32 progress[workgroups]
 };
 

@@ -1,5 +1,6 @@
 // LM head row blocks: logits = W_lm * RMSNorm(x), and each block's (max, argmax) in its slot for greedy
-// sampling. Skipped on prompt steps, whose logits nobody reads.
+// sampling; a block any of whose logits is NaN or infinite puts (+inf, kNonFiniteSlot) there, which wins
+// the sample's merge of the slots and stops it. Skipped on prompt steps, whose logits nobody reads.
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -8,6 +9,8 @@
 #endif
 
 namespace mk::dev {
+
+inline constexpr int32_t kNonFiniteSlot = -1;  // KernelParams::lm_best_index of a block with a non-finite logit
 
 struct LMHeadOp : OpDefaults {
   static constexpr bool kGemv = true;
@@ -32,11 +35,16 @@ struct LMHeadOp : OpDefaults {
     if (!active(int(m.step), m.p.ingest)) return;  // a prompt step: nobody needs its logits
     float best = -INFINITY;
     int32_t best_index = int32_t(in.begin);
+    bool finite = true;
     m.template gemv<true>(in, [&] { m.norm_prologue(m.p.x); }, [&](uint32_t r, float v, float) {
       v *= m.inv_rms();
       m.p.logits[r] = v;
+      finite = finite && isfinite(v);
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });
+    // A thread that saw a non-finite logit enters (+inf, kNonFiniteSlot), which wins every comparison of the
+    // merge here and in the sample (ties go to the lower index): no barrier is added for it.
+    if (!finite) best = INFINITY, best_index = kNonFiniteSlot;
     m.block_argmax(best, best_index);
     if (threadIdx.x == 0) {
       m.p.lm_best_value[in.slot] = best;

@@ -1,8 +1,11 @@
 // Sample (workgroup 0): the next token from the LM head's output (greedy: the blocks' (max, argmax);
 // otherwise radix select of the top K, a bitonic sort, and runtime/sampling.h's rule), streamed to the
-// host with its time; then the stop checks (EOS, max tokens, cancel, full context).
+// host with its time; then the stop checks (EOS, max tokens, cancel, full context). Logits with a NaN or
+// an infinity (an LM head block that entered kNonFiniteSlot: the greedy merge picks it, the sampling path
+// looks for it) give no token: the launch stops and HostChannel::nonfinite_step tells the host.
 #pragma once
 
+#include "device/ops/lm_head.h"
 #include "device/ops/op_spec.h"
 #include "runtime/decode_backend.h"
 #include "runtime/sampling.h"
@@ -41,9 +44,18 @@ struct SampleOp : OpDefaults {
       if (v > best || (v == best && i < id)) best = v, id = i;
     }
     m.block_argmax(best, id);
-    if (threadIdx.x == 0) chosen = id;  // slots hold -inf at worst (never NaN), so some slot's id wins
+    if (threadIdx.x == 0) chosen = id;  // slots hold -inf at worst (never NaN), so some slot's id wins:
+                                        // kNonFiniteSlot's (+inf, -1) when a block saw a non-finite logit
     __syncthreads();
     return chosen;
+  }
+
+  // Whether an LM head block saw a non-finite logit at this step.
+  template <class MachineT>
+  __device__ static bool logits_nonfinite(MachineT& m) {
+    bool bad = false;
+    for (int s = threadIdx.x; s < m.p.dims.lm_head_slots; s += kThreads) bad |= load_fresh(m.p.lm_best_index + s) == kNonFiniteSlot;
+    return __syncthreads_or(bad) != 0;
   }
 
   // Exclusive prefix count of `pred` over the block in thread order, and the block total.
@@ -159,8 +171,12 @@ struct SampleOp : OpDefaults {
     StopReason stop = StopReason::None;
     const bool sampling_step = int(m.step) + 1 >= m.p.ingest;
     if (sampling_step && m.p.max_new > 0) {
-      const int32_t token = m.p.sampling.greedy() ? greedy_token(m) : sample_token(m);
-      if (threadIdx.x == 0) {
+      const bool greedy = m.p.sampling.greedy();
+      const int32_t token = greedy ? greedy_token(m) : logits_nonfinite(m) ? kNonFiniteSlot : sample_token(m);
+      if (threadIdx.x == 0 && token == kNonFiniteSlot) {
+        m.p.channel->nonfinite_step = m.step + 1;
+        stop = StopReason::Cancelled;  // ends the launch; the host reads nonfinite_step first and fails
+      } else if (threadIdx.x == 0) {
         const int k = int(m.step) + 2 - m.p.ingest;  // tokens produced so far, this one included
         m.p.out_tokens[k - 1] = token;
         m.p.out_token_time_ns[k - 1] = global_timer_ns();

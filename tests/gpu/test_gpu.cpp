@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
 #include "runtime/quantize.h"
+#include "runtime/synthetic_model.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
 
@@ -535,6 +537,46 @@ TEST(Gpu, StopsCancelsAndRejectsCleanly) {
   EXPECT_GE(c.tokens.size(), 5u);
   EXPECT_LT(c.tokens.size(), 4000u);
   EXPECT_EQ(run(*gpu2, {9}, 3).tokens.size(), 3u);  // the session goes on
+}
+
+// Finite weights whose activations overflow (a final norm weight of 3e38: the normalised hidden state and
+// so the logits are infinite or NaN) stop the generation with the emulator's error, naming the position,
+// and no token comes from them, greedy or sampled; the backend goes on after it.
+TEST(Gpu, NonFiniteLogitsStopGenerationNamingThePosition) {
+  TinyModelSpec spec;
+  spec.dtype = DType::F32;
+  spec.eos = {};
+  const auto dir = test::make_temp_dir("gpu-inf-logits");
+  std::vector<synthetic::TensorBytes> tensors = test::write_tiny_model(dir, spec);
+  for (synthetic::TensorBytes& t : tensors)
+    if (t.name == "model.norm.weight") {
+      std::vector<float> v(t.bytes.size() / 4);
+      std::memcpy(v.data(), t.bytes.data(), t.bytes.size());
+      for (size_t i = 0; i < 64; ++i) v[i] = 3e38f;
+      t.bytes = synthetic::encode(v, DType::F32);
+    }
+  synthetic::write_safetensors(dir / "model.safetensors", tensors);
+  auto model = load_model(dir);
+  GpuOptions gopt;
+  gopt.context = 32;
+  auto gpu = create_gpu_backend(*model, gopt);
+  for (const float temperature : {0.f, 0.8f}) {
+    gpu->reset();
+    GenerateRequest req;
+    req.input = {1, 2, 3, 4};
+    req.max_new_tokens = 8;
+    req.sampling.temperature = temperature;
+    int tokens = 0;
+    std::string message = "no error";
+    try {
+      gpu->generate(req, [&](int32_t) { ++tokens; });
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_THAT(message, ::testing::HasSubstr("the logits are not finite at position 3 (reply token 1)")) << temperature;
+    EXPECT_THAT(message, ::testing::HasSubstr("of 160 are NaN or infinite"));
+    EXPECT_EQ(tokens, 0) << "a token was emitted from non-finite logits";
+  }
 }
 
 TEST(Gpu, OutOfMemoryIsAClearError) {
