@@ -372,6 +372,7 @@ struct NormStep {
 //   SentencePiece: tokens are text with U+2581 for a space (the decoder's "Replace"), and "<0xXX>" tokens
 //                  stand for single bytes ("byte_fallback"); Gemma.
 enum class Alphabet { ByteLevel, SentencePiece };
+constexpr std::string_view kSentencePieceSpace = "\u2581";  // what the SentencePiece alphabet writes for " "
 
 struct PreStep {
   enum Kind { Split, ByteLevel } kind;
@@ -643,6 +644,10 @@ struct Tokenizer::Impl {
 
   void bpe(std::string_view piece, std::vector<int32_t>& out) const {
     if (piece.empty()) return;
+    if (alphabet == Alphabet::ByteLevel && piece.size() == 1) {
+      out.push_back(byte_id[static_cast<uint8_t>(piece[0])]);
+      return;
+    }
     if (ignore_merges) {
       const StringMap& whole = alphabet == Alphabet::ByteLevel ? bytes_to_id : piece_to_id;
       const auto it = whole.find(piece);
@@ -784,7 +789,7 @@ Alphabet parse_decoder(const json& decoder, std::string_view source) {
   if (type_of(decoder) == "Sequence" && decoder.contains("decoders") && decoder["decoders"].is_array()) {
     const json& d = decoder["decoders"];
     if (d.size() == 3 && type_of(d[0]) == "Replace" && type_of(d[1]) == "ByteFallback" && type_of(d[2]) == "Fuse" &&
-        d[0].value("pattern", json()) == json{{"String", "\u2581"}} && d[0].value("content", json()) == " ")
+        d[0].value("pattern", json()) == json{{"String", kSentencePieceSpace}} && d[0].value("content", json()) == " ")
       return Alphabet::SentencePiece;
   }
   fail("{}: unsupported decoder {} (supported: \"ByteLevel\", or the Sequence [Replace \"\u2581\" -> \" \", "
@@ -948,14 +953,13 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
     }
   } else {
     t.fallback_id.fill(-1);
-    t.piece_to_id = key_to_id;
     for (const auto& [key, id] : key_to_id) {
       if (const std::optional<uint8_t> b = fallback_byte(key)) {
         t.token_bytes[id] = std::string(1, static_cast<char>(*b));
         if (key == fmt::format("<0x{:02X}>", *b)) t.fallback_id[*b] = id;
       } else {
         if (!is_valid_utf8(key)) fail("{}: \"model.vocab\" key {} is not valid UTF-8", source, describe(json(key)));
-        t.token_bytes[id] = Impl::replace_all(key, "\u2581", " ");
+        t.token_bytes[id] = Impl::replace_all(key, kSentencePieceSpace, " ");
         t.bytes_to_id[t.token_bytes[id]] = id;
       }
     }
@@ -1000,12 +1004,14 @@ Tokenizer Tokenizer::from_json_unchecked(std::string_view tokenizer_json, std::s
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second);
     t.merges[key] = MergeInfo{static_cast<uint32_t>(i), iab->second};  // a repeated pair: the last one wins
   }
+  // SentencePiece encodes from the vocabulary as written; the merges above were its last other use.
+  if (t.alphabet == Alphabet::SentencePiece) t.piece_to_id = std::move(key_to_id);
 
   // Added tokens go after the model vocabulary so that they win on id conflicts (as in HF).
   for (size_t i = 0; i < t.added.size(); ++i) {
     const AddedToken& tok = t.added[i];
     // The decoder reads added tokens too: SentencePiece's Replace turns their U+2581 into spaces.
-    t.token_bytes[tok.id] = t.alphabet == Alphabet::SentencePiece ? Impl::replace_all(tok.content, "\u2581", " ") : tok.content;
+    t.token_bytes[tok.id] = t.alphabet == Alphabet::SentencePiece ? Impl::replace_all(tok.content, kSentencePieceSpace, " ") : tok.content;
     t.added_flag[tok.id] = 1;
     t.special_flag[tok.id] = tok.special ? 1 : 0;
     t.added_by_content[tok.content] = tok.id;
