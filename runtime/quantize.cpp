@@ -9,6 +9,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 
 #include "runtime/error.h"
 
@@ -19,12 +20,20 @@ constexpr float kFp8Max = 448.0f;
 constexpr int kInt4Max = 15;
 constexpr int kMaxScaleGroup = 128;  // the largest scale group of a quantized format (a row group's buffer)
 
+// The layers' weight matrices (what the body format covers), layer by layer.
+template <class W, class T = std::conditional_t<std::is_const_v<W>, const TensorView, TensorView>>
+std::vector<T*> layer_matrices(W& w) {
+  std::vector<T*> out;
+  for (auto& l : w.layers)
+    for (T* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(t);
+  return out;
+}
+
 template <class M, class T>
 std::vector<T*> matrices_of(M& model) {
   auto& w = model.weights;
   std::vector<T*> out{&w.embed};
-  for (auto& l : w.layers)
-    for (T* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(t);
+  for (T* t : layer_matrices(w)) out.push_back(t);
   if (w.lm_head.data != w.embed.data || !w.lm_head.present()) out.push_back(&w.lm_head);
   return out;
 }
@@ -135,13 +144,11 @@ MatrixFormat format_of_dtype(DType t) {
 // The layers' format as stored: the quantized format of any quantized matrix, else the 16-bit type of
 // the first matrix that has one (F32 matrices go to BF16).
 MatrixFormat stored_body_format(const Model& model) {
-  const auto& w = model.weights;
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (is_quantized_dtype(t->dtype)) return quantized_format_of(t->dtype);
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (t->dtype == DType::F16 || t->dtype == DType::BF16) return format_of_dtype(t->dtype);
+  const std::vector<const TensorView*> matrices = layer_matrices(model.weights);
+  for (const TensorView* t : matrices)
+    if (is_quantized_dtype(t->dtype)) return quantized_format_of(t->dtype);
+  for (const TensorView* t : matrices)
+    if (t->dtype == DType::F16 || t->dtype == DType::BF16) return format_of_dtype(t->dtype);
   return MatrixFormat::BF16;
 }
 
@@ -157,12 +164,11 @@ WeightFormats resolve_weight_formats(const Model& model) {
   const auto& w = model.weights;
   WeightFormats f;
   f.body = stored_body_format(model);
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (!packs_as(*t, f.body))
-        fail("{}: tensor {} is {}, but the model's layer matrices are {}: the kernels run one format for all of "
-             "them (a checkpoint mixing formats is not supported)",
-             model.dir.string(), t->name, dtype_name(t->dtype), matrix_format_name(f.body));
+  for (const TensorView* t : layer_matrices(w))
+    if (!packs_as(*t, f.body))
+      fail("{}: tensor {} is {}, but the model's layer matrices are {}: the kernels run one format for all of "
+           "them (a checkpoint mixing formats is not supported)",
+           model.dir.string(), t->name, dtype_name(t->dtype), matrix_format_name(f.body));
   // The head (embedding and LM head): next to 16-bit layers, theirs; next to quantized layers, the
   // embedding's (both halves are quantized, or neither, once prepare_matrix_formats has run).
   f.head = matrix_format_quantized(f.body) ? format_of_dtype(w.embed.dtype) : f.body;
@@ -235,15 +241,13 @@ void bring_to_target_formats(Model& model, const LoadOptions& options) {
   }
   if (!matrix_format_quantized(target)) return;
   const DType dtype = matrix_format_dtype(target);
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (is_quantized_dtype(t->dtype) && t->dtype != dtype)
-        fail("tensor {} is {}, but other matrices of model {} are {}: one quantized format per model", t->name,
-             dtype_name(t->dtype), model.dir.string(), dtype_name(dtype));
   std::vector<TensorView*> todo;
-  for (LayerWeights& l : w.layers)
-    for (TensorView* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-      if (t->dtype != dtype) todo.push_back(t);
+  for (TensorView* t : layer_matrices(w)) {
+    if (is_quantized_dtype(t->dtype) && t->dtype != dtype)
+      fail("tensor {} is {}, but other matrices of model {} are {}: one quantized format per model", t->name,
+           dtype_name(t->dtype), model.dir.string(), dtype_name(dtype));
+    if (t->dtype != dtype) todo.push_back(t);
+  }
   // The head: quantized when asked, or when either half of it is stored quantized.
   std::vector<TensorView*> head{&w.embed};
   if (!tied && w.lm_head.present()) head.push_back(&w.lm_head);
