@@ -201,9 +201,8 @@ MK_HD_INLINE bool attention_long_context(const ModelDims& d, int positions, bool
 // (device/ops/attention.h says why the long-context kernels do not). Attention and o_proj both ask here.
 MK_HD_INLINE bool attention_combines_once(const ModelDims& d, bool long_context) { return d.combine_once && !long_context; }
 
-// Floats of the attention (m, l) partials of all (head, split), rounded up to whole 16-byte pieces
-// (o_proj copies them into shared memory in 16-byte asynchronous copies; DecodeShapes sizes the buffer so).
-MK_HD_INLINE size_t attention_ml_floats(const ModelDims& d) { return (size_t(d.heads) * size_t(d.attention_splits) * 2 + 3) / 4 * 4; }
+// Floats of the attention (m, l) partials of all (head, split) (runtime/decode_buffers.h).
+MK_HD_INLINE size_t attention_ml_floats(const ModelDims& d) { return mk::attention_ml_floats(size_t(d.heads), size_t(d.attention_splits)); }
 
 // Float offset in shared memory of the residual rows o_proj / down add to: after the larger of down's
 // activations (h) and o_proj's (the combined attention output, then every (m, l)). The kernel places

@@ -16,10 +16,15 @@
 #include <cstdint>
 
 #include "runtime/model_config.h"
+#include "runtime/portability.h"
 #include "runtime/schedule.h"
 #include "runtime/weight_layout.h"
 
 namespace mk {
+
+// Floats of attention's (m, l) partials of all (head, split), in whole 16-byte pieces (o_proj copies them
+// into shared memory 16 bytes at a time): the att_ml buffer, and o_proj's shared-memory area for it.
+MK_HD_INLINE constexpr size_t attention_ml_floats(size_t heads, size_t splits) { return (heads * splits * 2 + 3) / 4 * 4; }
 
 // What the buffers' sizes depend on.
 struct DecodeShapes {
@@ -50,9 +55,6 @@ struct DecodeShapes {
     s.post_norms = layout.has_post_norms;
     return s;
   }
-  // Floats of attention's (m, l) partials of all (head, split), in whole 16-byte pieces (o_proj copies them
-  // into shared memory 16 bytes at a time).
-  size_t attention_ml_floats() const { return (heads * attention_splits * 2 + 3) / 4 * 4; }
 };
 
 // The token steps' state.
@@ -60,7 +62,7 @@ struct DecodeShapes {
   X(x, float, s.hidden, 1, "x (residual stream)")                                                                  \
   X(qkv, float, s.qkv_rows, 1, "qkv")                                                                              \
   X(att_o, float, s.heads * s.attention_splits * s.head_dim, s.head_dim, "attention partial outputs")              \
-  X(att_ml, float, s.attention_ml_floats(), 2, "attention partial max/sum")                                        \
+  X(att_ml, float, attention_ml_floats(s.heads, s.attention_splits), 2, "attention partial max/sum")                  \
   X(att, float, s.combine_once ? s.heads * s.head_dim : 0, s.head_dim, "attention output")                        \
   X(h, float, s.intermediate, 1, "mlp activations")                                                                \
   X(logits, float, s.vocab, 1, "logits")                                                                           \
