@@ -6,6 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -14,6 +19,7 @@
 #include "host/server/metrics.h"
 #include "host/server/openai_json.h"
 #include "host/server/request.h"
+#include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
 #include "host/server/stop_filter.h"
 #include "runtime/decode_backend.h"
@@ -476,6 +482,178 @@ TEST(ServerHealth, OkWhileTheDeviceWorks503OnceItIsLost) {
   EXPECT_EQ(lost.status, 503);
   EXPECT_EQ(lost.body["status"], "device_lost");
   EXPECT_THAT(lost.body["error"].get<std::string>(), HasSubstr("layer 3 down"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The request gate, over socketpairs: the test holds the client's end.
+
+class ServerGate : public ::testing::Test {
+ protected:
+  struct Handed {
+    int socket;
+    std::string bytes;
+  };
+
+  void start(GateLimits limits) {
+    gate_ = std::make_unique<RequestGate>(
+        limits,
+        [this](int sock, std::string bytes) {
+          std::lock_guard lock(mutex_);
+          handed_.push_back({sock, std::move(bytes)});
+          changed_.notify_all();
+        },
+        [](int status) { return "refused " + std::to_string(status); });
+  }
+
+  ~ServerGate() override {
+    if (gate_) gate_->stop();
+    for (const Handed& h : handed_) ::close(h.socket);
+    for (int c : clients_) ::close(c);
+  }
+
+  int connect() {
+    int pair[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+    clients_.push_back(pair[0]);
+    gate_->admit(pair[1]);
+    return pair[0];
+  }
+
+  static void send_text(int client, std::string_view text) {
+    ASSERT_EQ(::send(client, text.data(), text.size(), MSG_NOSIGNAL), ssize_t(text.size()));
+  }
+
+  // What the gate sent back until it closed the connection (or 5 s passed); then the client hangs up too.
+  static std::string read_until_closed(int client) {
+    timeval tv{5, 0};
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(client, buf, sizeof buf, 0)) > 0;) out.append(buf, size_t(n));
+    ::shutdown(client, SHUT_RDWR);
+    return out;
+  }
+
+  std::vector<Handed> handed(size_t at_least, std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, wait, [&] { return handed_.size() >= at_least; });
+    return handed_;
+  }
+
+  std::unique_ptr<RequestGate> gate_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<Handed> handed_;
+  std::vector<int> clients_;
+};
+
+TEST_F(ServerGate, HandsARequestOverOnlyOnceItsBodyHasArrived) {
+  start({});
+  const int c = connect();
+  send_text(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-length:  10 \r\n\r\n01234");
+  EXPECT_TRUE(handed(1, std::chrono::milliseconds(200)).empty());
+  EXPECT_EQ(gate_->pending(), 1u);
+  send_text(c, "56789");
+  const auto h = handed(1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].bytes, "POST /v1/completions HTTP/1.1\r\nHost: x\r\ncontent-length:  10 \r\n\r\n0123456789");
+  EXPECT_EQ(gate_->pending(), 0u);
+  // The socket is the server's now, blocking: what the client sends next reaches it.
+  send_text(c, "more");
+  char buf[8];
+  EXPECT_EQ(::recv(h[0].socket, buf, sizeof buf, 0), 4);
+}
+
+TEST_F(ServerGate, RequestsWithoutABodyGoAtTheirHeadersEnd) {
+  start({});
+  const int get = connect(), chunked = connect();
+  send_text(get, "GET /health HTTP/1.1\r\n");
+  send_text(get, "\r\n");
+  send_text(chunked, "POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n\r\n");
+  const auto h = handed(2);
+  ASSERT_EQ(h.size(), 2u);
+}
+
+TEST_F(ServerGate, AnswersOneHundredContinueAndTakesTheExpectationOut) {
+  start({});
+  const int c = connect();
+  send_text(c, "POST /v1/completions HTTP/1.1\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\n");
+  char buf[64] = {};
+  ASSERT_GT(::recv(c, buf, sizeof buf - 1, 0), 0);
+  EXPECT_STREQ(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+  send_text(c, "{}");
+  const auto h = handed(1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].bytes, "POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}");
+}
+
+TEST_F(ServerGate, ABodyOverTheLimitGoesAtItsHeadersForTheServerToRefuse) {
+  GateLimits limits;
+  limits.max_body_bytes = 100;
+  start(limits);
+  const int c = connect();
+  send_text(c, "POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 101\r\n\r\n");
+  const auto h = handed(1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_THAT(h[0].bytes, HasSubstr("Expect: 100-continue"));  // the server answers it (413)
+}
+
+TEST_F(ServerGate, RefusesLateRequestsEndlessHeadersAndConnectionsBeyondItsCapacity) {
+  GateLimits limits;
+  limits.whole_request = std::chrono::milliseconds(300);
+  limits.first_byte = std::chrono::milliseconds(200);
+  limits.max_header_bytes = 1000;
+  limits.max_pending = 3;
+  start(limits);
+  const int slow = connect(), silent = connect(), endless = connect();
+  send_text(slow, "POST /v1/completions HTTP/1.1\r\nContent-Le");
+  send_text(endless, "GET / HTTP/1.1\r\n" + std::string(1100, 'x'));
+  EXPECT_EQ(read_until_closed(endless), "refused 431");
+  for (int i = 0; i < 50 && gate_->pending() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(gate_->pending(), 2u);  // the refused one has left once its client hung up
+  const int one_more = connect(), too_many = connect();
+  EXPECT_EQ(read_until_closed(too_many), "refused 503");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(read_until_closed(silent), "");  // closed without an answer
+  EXPECT_EQ(read_until_closed(slow), "refused 408");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  ::shutdown(one_more, SHUT_WR);  // a client that leaves before its request: closed, never handed over
+  EXPECT_EQ(read_until_closed(one_more), "");
+  EXPECT_TRUE(handed(1, std::chrono::milliseconds(100)).empty());
+  EXPECT_EQ(gate_->pending(), 0u);
+}
+
+TEST_F(ServerGate, ARefusedClientThatGoesOnSendingIsClosedAfterALinger) {
+  GateLimits limits;
+  limits.max_header_bytes = 100;
+  start(limits);
+  const int c = connect();
+  send_text(c, "GET / HTTP/1.1\r\n" + std::string(200, 'x'));
+  char buf[64] = {};
+  ASSERT_GT(::recv(c, buf, sizeof buf - 1, 0), 0);
+  EXPECT_STREQ(buf, "refused 431");
+  send_text(c, "still sending");  // read and dropped, so that the answer is not lost to a reset
+  EXPECT_EQ(gate_->pending(), 1u);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (gate_->pending() != 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(gate_->pending(), 0u);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(800));
+}
+
+TEST_F(ServerGate, StoppingClosesTheConnectionsStillArriving) {
+  start({});
+  const int c = connect();
+  send_text(c, "GET /he");
+  for (int i = 0; i < 100 && gate_->pending() != 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  gate_->stop();
+  EXPECT_EQ(read_until_closed(c), "");
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  gate_->admit(pair[1]);  // closed at once
+  EXPECT_EQ(read_until_closed(pair[0]), "");
+  ::close(pair[0]);
+  EXPECT_TRUE(handed(1, std::chrono::milliseconds(50)).empty());
 }
 
 }  // namespace

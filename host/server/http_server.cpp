@@ -12,6 +12,9 @@
 // a second or more (the kernel's ListenOverflows counted them in the load test). The kernel caps this at
 // net.core.somaxconn.
 #define CPPHTTPLIB_LISTEN_BACKLOG 1024
+// select() cannot watch a descriptor numbered 1,024 or more, and the request gate may hold that many
+// connections.
+#define CPPHTTPLIB_USE_POLL
 #include <httplib.h>
 
 #include <atomic>
@@ -25,6 +28,7 @@
 #include "host/server/metrics.h"
 #include "host/server/openai_json.h"
 #include "host/server/request.h"
+#include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
 
 namespace mk::server {
@@ -71,6 +75,59 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
 
 bool write(DataSink& sink, std::string_view data) { return sink.write(data.data(), data.size()); }
 
+// A request's bytes that the gate has read, then its socket.
+class GatedSocketStream final : public httplib::Stream {
+ public:
+  GatedSocketStream(std::string bytes, httplib::detail::SocketStream& socket) : bytes_(std::move(bytes)), socket_(socket) {}
+  bool is_readable() const override { return offset_ < bytes_.size() || socket_.is_readable(); }
+  bool is_writable() const override { return socket_.is_writable(); }
+  ssize_t read(char* ptr, size_t size) override {
+    if (offset_ == bytes_.size()) return socket_.read(ptr, size);
+    const size_t n = std::min(size, bytes_.size() - offset_);
+    std::memcpy(ptr, bytes_.data() + offset_, n);
+    offset_ += n;
+    return ssize_t(n);
+  }
+  ssize_t write(const char* ptr, size_t size) override { return socket_.write(ptr, size); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { socket_.get_remote_ip_and_port(ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { socket_.get_local_ip_and_port(ip, port); }
+  socket_t socket() const override { return socket_.socket(); }
+
+ private:
+  std::string bytes_;
+  size_t offset_ = 0;
+  httplib::detail::SocketStream& socket_;
+};
+
+// httplib's server behind the request gate. Its accept loop gives each connection to its task queue as
+// "process this socket"; the queue here runs that at once on the accept thread, and the processing is
+// overridden to hand the socket to the gate, which returns at once. A worker then serves the request once
+// the gate has it whole: one request per connection (`Connection: close`).
+class GatedServer final : public httplib::Server {
+ public:
+  std::function<void(socket_t)> on_connection;
+
+  void serve(socket_t sock, std::string bytes) {
+    httplib::detail::SocketStream socket(sock, read_timeout_sec_, read_timeout_usec_, write_timeout_sec_, write_timeout_usec_);
+    GatedSocketStream stream(std::move(bytes), socket);
+    bool connection_closed = false;
+    process_request(stream, /*close_connection=*/true, connection_closed, nullptr);
+    httplib::detail::shutdown_socket(sock);
+    httplib::detail::close_socket(sock);
+  }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    on_connection(sock);
+    return true;
+  }
+};
+
+struct InlineTaskQueue final : httplib::TaskQueue {
+  void enqueue(std::function<void()> fn) override { fn(); }
+  void shutdown() override {}
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -87,7 +144,7 @@ struct HttpServer::Impl {
   const int context;
   Metrics metrics;
   Scheduler scheduler;
-  httplib::Server http;
+  GatedServer http;
   const int64_t started;
   std::atomic<uint64_t> next_id{1};
   std::mutex seed_mutex;
@@ -323,12 +380,9 @@ struct HttpServer::Impl {
   }
 
   void setup() {
-    // One request per connection. A waiting or streaming request holds its connection's thread, and an
-    // idle kept-alive connection would hold one too; and a request refused before its body was read
-    // (411) must not leave that body to be parsed as the next request.
-    http.set_keep_alive_max_count(1);
-    // A connection that sends no request holds a thread this long (and delays a shutdown this long).
-    http.set_keep_alive_timeout(2);
+    // One request per connection (GatedServer::serve): a waiting or streaming request holds its
+    // connection's thread, and a request refused before its body was read (411) must not leave that body
+    // to be parsed as the next request.
     http.set_tcp_nodelay(true);  // each token's event goes out at once, not after Nagle's delay
     // httplib sets SO_REUSEPORT, which lets a second server bind the same port and take half of the
     // connections. SO_REUSEADDR alone: a busy port is an error, a restart right after a stop is not.
@@ -337,10 +391,7 @@ struct HttpServer::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
     http.set_payload_max_length(config.max_body_bytes);
-    // Enough threads for every request the queue admits, the one generating, and a few for /health,
-    // /metrics and the answers (429, 4xx) to the rest; further connections wait to be accepted.
-    const size_t threads = config.queue_capacity + 1 + 8;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    http.new_task_queue = [] { return new InlineTaskQueue; };
 
     http.set_expect_100_continue_handler([this](const Request& req, Response& res) {
       try {  // answered before the client sends the body
@@ -413,6 +464,31 @@ struct HttpServer::Impl {
                       "text/plain; version=0.0.4; charset=utf-8");
     }));
   }
+
+  // The gate's own answers, in OpenAI's error form.
+  std::string refusal(int status) {
+    const ApiError e =
+        status == 408   ? ApiError(408, "invalid_request_error",
+                                   fmt::format("the request did not arrive whole within {} s of the connection's opening",
+                                               gate_limits().whole_request.count() / 1000.0),
+                                   {}, "request_timeout")
+        : status == 431 ? ApiError(431, "invalid_request_error",
+                                   fmt::format("the request line and headers are larger than {} bytes", gate_limits().max_header_bytes),
+                                   {}, "request_header_fields_too_large")
+                        : ApiError(503, "server_error",
+                                   fmt::format("{} connections are already sending their requests; retry later", gate_limits().max_pending));
+    metrics.count_http("other", status);
+    if (config.log_requests) fmt::print(stderr, "connection refused with {}: {}\n", status, e.what());
+    const std::string body = dump(e.to_json());
+    return fmt::format("HTTP/1.1 {} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}", status,
+                       httplib::detail::status_message(status), body.size(), body);
+  }
+
+  GateLimits gate_limits() const {
+    GateLimits limits;
+    limits.max_body_bytes = config.max_body_bytes;
+    return limits;
+  }
 };
 
 HttpServer::HttpServer(Engine& engine, const ServerConfig& config) : impl_(std::make_unique<Impl>(engine, config)) {}
@@ -430,7 +506,22 @@ int HttpServer::bind() {
   return port;
 }
 
-void HttpServer::run() { impl_->http.listen_after_bind(); }
+void HttpServer::run() {
+  Impl& s = *impl_;
+  // Enough workers for every request the queue admits, the one generating, and a few for /health,
+  // /metrics and the answers (429, 4xx) to the rest; further requests wait for a worker, whole.
+  httplib::ThreadPool workers(s.config.queue_capacity + 1 + 8);
+  RequestGate gate(
+      s.gate_limits(),
+      [&](int sock, std::string bytes) {
+        workers.enqueue([&s, sock, bytes = std::move(bytes)]() mutable { s.http.serve(sock, std::move(bytes)); });
+      },
+      [&](int status) { return s.refusal(status); });
+  s.http.on_connection = [&gate](socket_t sock) { gate.admit(sock); };
+  s.http.listen_after_bind();
+  gate.stop();
+  workers.shutdown();
+}
 
 void HttpServer::stop() {
   impl_->scheduler.stop();
