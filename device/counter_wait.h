@@ -15,7 +15,7 @@ __device__ __forceinline__ uint32_t wait_target(const Wait& w, uint32_t step) { 
 // Thread 0 spins until the counter reaches the target; false if it gave up instead (the host aborted a
 // hung launch, device/launch_abort.h).
 static __device__ bool spin_until(const KernelParams& p, const unsigned* counter, uint32_t target) {
-  AbortableWait wait{p.abort};
+  AbortableWait wait{p.abort, p.progress};
   while (load_acquire(counter) < target) {
     spin_pause();
     if (wait.give_up()) return false;

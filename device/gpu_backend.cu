@@ -33,6 +33,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// How many times the watchdog's limit one instruction may run without an instruction ending anywhere.
+constexpr double kInstructionLimitFactor = 10;
+// A waiting mark that moved this recently is a wait going on (it moves every 2^kWaitBeatShift ns, ~67 ms).
+constexpr auto kWaitBeatFresh = std::chrono::milliseconds(500);
 
 // A device allocation freed on destruction.
 struct DeviceBuffer {
@@ -452,13 +456,15 @@ class MonokernelBackend final : public GpuBackend {
     profile_.allocate(size_t(schedule_.num_workgroups) * kNumOps * dev::kProfileFields * sizeof(unsigned long long), "profile counters");
     workgroup_unit_.allocate(size_t(schedule_.num_workgroups) * sizeof(uint32_t), "profile counters");
     if (opt_.profile && opt_.trace_step >= 0) trace_.allocate(schedule_.instrs.size() * 4 * sizeof(unsigned long long), "the trace");
-    // Host-mapped channel: header, tokens, token times, per-workgroup progress, cancel flag, abort flag.
+    // Host-mapped channel: header, tokens, token times, per-workgroup progress and waiting marks, cancel
+    // flag, abort flag.
     const size_t max_tokens = size_t(opt_.context) + 1;
     tokens_offset_ = sizeof(dev::HostChannel);
     times_offset_ = tokens_offset_ + max_tokens * sizeof(int32_t);
     times_offset_ = (times_offset_ + 7) / 8 * 8;
     progress_offset_ = times_offset_ + max_tokens * sizeof(unsigned long long);
-    cancel_offset_ = progress_offset_ + 2 * size_t(schedule_.num_workgroups) * sizeof(uint32_t);
+    // Per workgroup: two progress words, then the waiting mark (KernelParams::progress).
+    cancel_offset_ = progress_offset_ + 3 * size_t(schedule_.num_workgroups) * sizeof(uint32_t);
     abort_offset_ = cancel_offset_ + 64;
     channel_bytes_ = abort_offset_ + 64;
     channel_.allocate(channel_bytes_);
@@ -535,11 +541,33 @@ class MonokernelBackend final : public GpuBackend {
     return reinterpret_cast<const volatile uint32_t*>(static_cast<uint8_t*>(channel_.host) + progress_offset_);
   }
 
+  // The workgroups' waiting marks (device/launch_abort.h): when each last moved.
+  struct WaitBeats {
+    std::vector<uint32_t> seen;
+    std::vector<Clock::time_point> moved;
+  };
+
+  void read_wait_beats(WaitBeats& b, Clock::time_point now) const {
+    const volatile uint32_t* marks = progress() + 2 * size_t(schedule_.num_workgroups);
+    for (size_t w = 0; w < b.seen.size(); ++w)
+      if (marks[w] != b.seen[w]) b.seen[w] = marks[w], b.moved[w] = now;
+  }
+
+  // Every workgroup still running is in a wait (its mark moved lately); false while one is inside an
+  // instruction.
+  bool all_running_workgroups_wait(const WaitBeats& b, Clock::time_point now) const {
+    for (size_t w = 0; w < b.seen.size(); ++w)
+      if (progress()[2 * w + 1] != 0xffffffffu && now - b.moved[w] > kWaitBeatFresh) return false;
+    return true;
+  }
+
   // Streams tokens while the kernel runs; returns when it has finished (throws on a fault or a hang).
   void stream_tokens(GenerateResult& result, const TokenCallback& on_token, Clock::time_point t0) {
     uint32_t published = 0;
     std::vector<uint32_t> last_progress(2 * size_t(schedule_.num_workgroups), 0);
     auto last_change = Clock::now();
+    WaitBeats beats{std::vector<uint32_t>(size_t(schedule_.num_workgroups), 0),
+                    std::vector<Clock::time_point>(size_t(schedule_.num_workgroups), last_change - kWaitBeatFresh)};
     for (;;) {
       const hipError_t status = hipStreamQuery(stream_);
       const uint32_t available = channel()->token_count;
@@ -562,8 +590,16 @@ class MonokernelBackend final : public GpuBackend {
       for (size_t i = 0; i < last_progress.size(); ++i)
         if (progress()[i] != last_progress[i]) last_progress[i] = progress()[i], changed = true;
       const auto now = Clock::now();
-      if (changed) last_change = now;
-      else if (std::chrono::duration<double>(now - last_change).count() > opt_.watchdog_seconds) abort_hung_launch();
+      read_wait_beats(beats, now);
+      if (changed) {
+        last_change = now;
+      } else {
+        // A workgroup inside one instruction is taken for working, up to kInstructionLimitFactor times
+        // the limit; past that it is a loop that no wait bounds (which the abort cannot stop either).
+        const double still = std::chrono::duration<double>(now - last_change).count();
+        if (still > opt_.watchdog_seconds && (all_running_workgroups_wait(beats, now) || still > kInstructionLimitFactor * opt_.watchdog_seconds))
+          abort_hung_launch(still);
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     MK_GPU_CHECK(hipStreamSynchronize(stream_));
@@ -572,8 +608,8 @@ class MonokernelBackend final : public GpuBackend {
 
   // Which instructions the workgroups are stuck at and what they wait for; read before the abort, which
   // makes every workgroup leave (and mark itself done).
-  std::string describe_hang() {
-    std::string text = fmt::format("monokernel watchdog: no workgroup made progress for {:.1f} s; stuck workgroups:", opt_.watchdog_seconds);
+  std::string describe_hang(double still_seconds) {
+    std::string text = fmt::format("monokernel watchdog: no workgroup made progress for {:.1f} s; stuck workgroups:", still_seconds);
     // Counters live in device memory: read them on a separate stream (the kernel still occupies the GPU).
     // Into a member: a copy that has not landed within the deadline must not land in freed memory later.
     std::vector<unsigned>& lines = hang_counter_lines_;
@@ -614,8 +650,8 @@ class MonokernelBackend final : public GpuBackend {
   // (position_ and pending_ change only after a launch completes; the KV rows past position_ that the
   // launch wrote are rewritten by the next one), so the error says it may go on. Not stopped: the
   // backend refuses further work; nothing here exits the process.
-  [[noreturn]] void abort_hung_launch() {
-    const std::string text = describe_hang();
+  [[noreturn]] void abort_hung_launch(double still_seconds) {
+    const std::string text = describe_hang(still_seconds);
     *abort_flag() = 1;
     const auto t0 = Clock::now();
     hipError_t status = hipErrorNotReady;

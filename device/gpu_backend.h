@@ -42,9 +42,11 @@ struct GpuOptions {
   // the weight stream); 0: none; N: the stages in narrow_ops (op_bit) in N blocks.
   int narrow_workgroups = -1;
   uint32_t narrow_ops = 0;
-  // No workgroup progressing for this long: the launch is aborted (device/launch_abort.h) and generate()
-  // throws HangError naming the stuck instructions. The kernel then has abort_grace_seconds to leave;
-  // if it does, the backend is usable again (HangError::stopped()), else it is given up.
+  // No workgroup progressing for this long while every running workgroup is in a wait (a workgroup inside
+  // an instruction gets ten times as long): the launch is aborted
+  // (device/launch_abort.h) and generate() throws HangError naming the stuck instructions. The kernel
+  // then has abort_grace_seconds to leave; if it does, the backend is usable again
+  // (HangError::stopped()), else it is given up.
   double watchdog_seconds = kDefaultWatchdogSeconds;
   double abort_grace_seconds = 5;
   bool profile = false;          // per-instruction timers (globaltimer), see GpuBackend::profile()

@@ -227,7 +227,8 @@ struct HostChannel {
   // 1 + the step whose logits held a NaN or an infinity (0: none): the launch stopped there without a
   // token, and the host reports it (the logits buffer still holds that step's logits).
   volatile uint32_t nonfinite_step;
-  // followed by: int32 tokens[max_tokens]; uint64 token_time_ns[max_tokens]; uint32 progress[workgroups]
+  // followed by: int32 tokens[max_tokens]; uint64 token_time_ns[max_tokens]; uint32 progress[2 x workgroups];
+  // uint32 waiting[workgroups]
 };
 
 inline constexpr uint32_t kProgressChunk = 0x80000000u, kProgressPrefillGate = 0xfffffffeu;
@@ -265,7 +266,8 @@ struct KernelParams {
   unsigned long long* out_token_time_ns;
   // Per workgroup: the step and the instructions of it done (0xffffffff when the workgroup is done); in
   // the chunk steps, kProgressChunk | chunk and the index of the instruction it is at (in its chunk-step
-  // list), or kProgressPrefillGate at the prefill gate.
+  // list), or kProgressPrefillGate at the prefill gate. Then one waiting mark per workgroup, which moves
+  // while a wait of it lasts past kAbortCheckAfterNs (device/launch_abort.h).
   uint32_t* progress;
   const volatile uint32_t* cancel;  // host sets non-zero to stop at the next token
   // Host sets non-zero to stop a hung launch: waits that have lasted past kAbortCheckAfterNs give up and

@@ -40,7 +40,7 @@ __device__ bool wait_counter(const KernelParams& p, uint32_t c, uint32_t target)
   }
   const uint32_t lane = uint32_t(lane_id());
   const unsigned* stripe = p.counters + counter_word(counter_line(c, lane, p.first_striped_counter, p.sync_domains));
-  AbortableWait wait{p.abort};
+  AbortableWait wait{p.abort, p.progress};
   for (;;) {
     unsigned seen = lane < p.sync_domains ? load_acquire(stripe) : 0u;
 #pragma unroll
