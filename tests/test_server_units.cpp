@@ -18,6 +18,7 @@
 #include "host/server/api_error.h"
 #include "host/server/metrics.h"
 #include "host/server/openai_json.h"
+#include "host/server/reasoning_split.h"
 #include "host/server/request.h"
 #include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
@@ -240,6 +241,79 @@ TEST(ServerStopFilter, RandomSplitsNeverReleasePartOfAStopString) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Reasoning apart from the answer (Qwen3's <think> blocks)
+
+SplitText split_whole(std::string_view text) {
+  ReasoningSplitter s;
+  SplitText a = s.push(text);
+  const SplitText b = s.finish();
+  return {a.reasoning + b.reasoning, a.content + b.content};
+}
+
+// The Qwen3 template's own split of an earlier reply (python's strip and split, at the first tags), and
+// all reasoning when "</think>" never comes: what the splitter must give, written without it.
+SplitText template_split(const std::string& text) {
+  const auto lstrip = [](std::string t) { return t.erase(0, std::min(t.size(), t.find_first_not_of('\n'))); };
+  const auto rstrip = [](std::string t) {
+    const size_t end = t.find_last_not_of('\n');
+    return t.substr(0, end == std::string::npos ? 0 : end + 1);
+  };
+  if (!lstrip(text).starts_with("<think>")) return {"", text};
+  const std::string after_open = text.substr(text.find("<think>") + 7);
+  const size_t close = after_open.find("</think>");
+  if (close == std::string::npos) return {lstrip(rstrip(after_open)), ""};
+  return {lstrip(rstrip(after_open.substr(0, close))), lstrip(after_open.substr(close + 8))};
+}
+
+TEST(ServerReasoning, ThinkBlocksBecomeReasoningTheRestContent) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"<think>\nPlan it.\n</think>\n\nThe answer.", "Plan it.", "The answer."},
+      {"<think>PlanOK</think>Answer", "PlanOK", "Answer"},
+      {"\n\n<think>\nx\n\n</think>y\n", "x", "y\n"},
+      {"<think>\n\n</think>\n\nJust this.", "", "Just this."},
+      {"<think>\nstill thinking when max_tokens came\n\n", "still thinking when max_tokens came", ""},
+      {"<think>\nhalf a tag </thi", "half a tag </thi", ""},
+      {"No thinking here, not even <think>.", "", "No thinking here, not even <think>."},
+      {"<thinking> is another tag", "", "<thinking> is another tag"},
+      {"\n<thi", "", "\n<thi"},
+      {"", "", ""},
+  };
+  for (const auto& [text, reasoning, content] : cases) {
+    const SplitText got = split_whole(text);
+    EXPECT_EQ(got.reasoning, reasoning) << text;
+    EXPECT_EQ(got.content, content) << text;
+    const SplitText ref = template_split(text);
+    EXPECT_EQ(ref.reasoning, reasoning) << "the test's reference disagrees: " << text;
+    EXPECT_EQ(ref.content, content) << "the test's reference disagrees: " << text;
+  }
+}
+
+TEST(ServerReasoning, RandomSplitsGiveTheWholeTextsParts) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> words = {"<think>", "</think>", "\n", "\n\n", "<", "</", "<th", "a", "bc", " ", "think>"};
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int n = std::uniform_int_distribution<int>(0, 12)(rng);
+    for (int i = 0; i < n; ++i) text += words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
+    const SplitText expected = template_split(text);
+    ReasoningSplitter s;
+    SplitText got;
+    for (size_t at = 0; at < text.size();) {
+      const size_t len = std::uniform_int_distribution<size_t>(1, 5)(rng);
+      const SplitText part = s.push(std::string_view(text).substr(at, std::min(len, text.size() - at)));
+      got.reasoning += part.reasoning, got.content += part.content;
+      at += len;
+      // Nothing released is taken back: what is out is a beginning of the final parts.
+      ASSERT_TRUE(expected.reasoning.starts_with(got.reasoning)) << text;
+      ASSERT_TRUE(expected.content.starts_with(got.content)) << text;
+    }
+    const SplitText rest = s.finish();
+    EXPECT_EQ(got.reasoning + rest.reasoning, expected.reasoning) << text;
+    EXPECT_EQ(got.content + rest.content, expected.content) << text;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Response shapes and metrics
 
 TEST(ServerJson, ChunksAndResponsesHaveOpenAIsShape) {
@@ -268,6 +342,10 @@ TEST(ServerJson, ChunksAndResponsesHaveOpenAIsShape) {
   EXPECT_EQ(full["choices"][0]["message"]["content"], "Hello");
   EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(full["usage"]["total_tokens"], 13);
+  EXPECT_FALSE(full["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_EQ(full_response(ids, "Hello", o, "Plan")["choices"][0]["message"]["reasoning_content"], "Plan");
+  EXPECT_EQ(text_chunk(ids, "Pl", true, false, true)["choices"][0]["delta"],
+            json::parse(R"({"role": "assistant", "reasoning_content": "Pl"})"));
 
   ids.endpoint = Endpoint::Completion;
   EXPECT_EQ(text_chunk(ids, "t", true, false)["choices"][0]["text"], "t");

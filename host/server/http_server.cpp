@@ -27,6 +27,7 @@
 #include "host/server/api_error.h"
 #include "host/server/metrics.h"
 #include "host/server/openai_json.h"
+#include "host/server/reasoning_split.h"
 #include "host/server/request.h"
 #include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
@@ -264,6 +265,9 @@ struct HttpServer::Impl {
     }
     const ResponseIds ids = new_ids(endpoint);
     const std::string path = req.path;
+    // Qwen3's thinking (on unless the request turns it off): the reply's <think> block is its reasoning.
+    const bool split_reasoning = endpoint == Endpoint::Chat && engine.chat_template().format() == ChatFormat::Qwen3 &&
+                                 r.enable_thinking.value_or(true);
     // Also when the response never starts (the client left before the headers went out); a no-op once done.
     auto release = [this, job](bool) { scheduler.cancel(job); };
     if (r.stream) {
@@ -271,12 +275,16 @@ struct HttpServer::Impl {
       res.set_header("X-Accel-Buffering", "no");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, job, ids, path, usage = r.include_usage](size_t, DataSink& sink) { return stream(job, ids, usage, path, sink); },
+          [this, job, ids, path, usage = r.include_usage, split_reasoning](size_t, DataSink& sink) {
+            return stream(job, ids, usage, split_reasoning, path, sink);
+          },
           release);
     } else {
       // Sent through a provider too, so that a client that goes away while waiting is noticed.
       res.set_chunked_content_provider(
-          "application/json", [this, job, ids, path](size_t, DataSink& sink) { return respond(job, ids, path, sink); }, release);
+          "application/json",
+          [this, job, ids, path, split_reasoning](size_t, DataSink& sink) { return respond(job, ids, split_reasoning, path, sink); },
+          release);
     }
   }
 
@@ -302,17 +310,28 @@ struct HttpServer::Impl {
     return u;
   }
 
-  bool stream(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool usage, const std::string& path, DataSink& sink) {
+  bool stream(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool usage, bool split_reasoning, const std::string& path,
+              DataSink& sink) {
     bool first = true;
+    std::optional<ReasoningSplitter> splitter;
+    if (split_reasoning) splitter.emplace();
+    // One chunk for each non-empty part; false when the client is gone.
+    const auto send = [&](const SplitText& parts) {
+      for (const bool reasoning : {true, false}) {
+        const std::string& text = reasoning ? parts.reasoning : parts.content;
+        if (text.empty()) continue;
+        if (!write(sink, sse_event(text_chunk(ids, text, first, usage, reasoning)))) return false;
+        first = false;
+      }
+      return true;
+    };
     for (;;) {
       const auto u = next(job, sink);
       if (!u) return gone(job, path, true);
-      if (!u->text.empty()) {
-        if (!write(sink, sse_event(text_chunk(ids, u->text, first, usage)))) return gone(job, path, true);
-        first = false;
-      }
+      if (!u->text.empty() && !send(splitter ? splitter->push(u->text) : SplitText{{}, u->text})) return gone(job, path, true);
       if (u->done) break;
     }
+    if (splitter && !send(splitter->finish())) return gone(job, path, true);
     const JobOutcome o = job->outcome();
     log_generation(path, true, o);
     if (o.finish_reason == "error" || o.finish_reason == "cancelled") {
@@ -332,7 +351,7 @@ struct HttpServer::Impl {
     return true;
   }
 
-  bool respond(const std::shared_ptr<Job>& job, const ResponseIds& ids, const std::string& path, DataSink& sink) {
+  bool respond(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool split_reasoning, const std::string& path, DataSink& sink) {
     std::string text;
     for (;;) {
       const auto u = next(job, sink);
@@ -340,11 +359,19 @@ struct HttpServer::Impl {
       text += u->text;
       if (u->done) break;
     }
+    std::optional<std::string> reasoning;
+    if (split_reasoning) {
+      ReasoningSplitter splitter;
+      SplitText parts = splitter.push(text);
+      const SplitText rest = splitter.finish();
+      reasoning = parts.reasoning + rest.reasoning;
+      text = parts.content + rest.content;
+    }
     const JobOutcome o = job->outcome();
     log_generation(path, false, o);
     // The status (200) is sent: a failure can only cut the connection, which clients report as an error.
     if (o.finish_reason == "error" || o.finish_reason == "cancelled") return false;
-    write(sink, dump(full_response(ids, text, o)));
+    write(sink, dump(full_response(ids, text, o, reasoning)));
     sink.done();
     return true;
   }

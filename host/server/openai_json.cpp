@@ -42,13 +42,13 @@ json timings_json(const JobOutcome& o) {
           {"predicted_per_second", o.decode_tokens_per_second}};
 }
 
-json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null) {
+json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning) {
   json j = envelope(ids, true);
   json content;
   if (ids.endpoint == Endpoint::Chat) {
     content = json::object();
     if (first) content["role"] = "assistant";
-    content["content"] = text;
+    content[reasoning ? "reasoning_content" : "content"] = text;
   } else {
     content = text;
   }
@@ -72,11 +72,15 @@ json usage_chunk(const ResponseIds& ids, const JobOutcome& o) {
   return j;
 }
 
-json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o) {
+json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o, const std::optional<std::string>& reasoning) {
   json j = envelope(ids, false);
   json c = {{"index", 0}};
-  if (ids.endpoint == Endpoint::Chat) c["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
-  else c["text"] = text;
+  if (ids.endpoint == Endpoint::Chat) {
+    c["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+    if (reasoning) c["message"]["reasoning_content"] = *reasoning;
+  } else {
+    c["text"] = text;
+  }
   c["logprobs"] = nullptr;
   c["finish_reason"] = o.finish_reason;
   j["choices"] = json::array({c});

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,13 +30,17 @@ nlohmann::json timings_json(const JobOutcome& o);
 
 // A streamed chunk carrying `text`; `first` adds the chat delta's role. `with_usage_null`: the request
 // asked for stream_options.include_usage, and OpenAI then sends "usage": null in every chunk but the last.
-nlohmann::json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null);
+// `reasoning`: the text is the model's reasoning (chat only): the delta's "reasoning_content", as vLLM and
+// DeepSeek's API send it, instead of its "content".
+nlohmann::json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning = false);
 // The chunk that ends the choice: empty delta / text, finish_reason set (plus timings).
 nlohmann::json finish_chunk(const ResponseIds& ids, const JobOutcome& o, bool with_usage_null);
 // The last chunk when include_usage was asked for: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const JobOutcome& o);
-// The whole response of a request that did not stream.
-nlohmann::json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o);
+// The whole response of a request that did not stream. `reasoning` (chat only): the message's
+// "reasoning_content".
+nlohmann::json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o,
+                             const std::optional<std::string>& reasoning = std::nullopt);
 
 nlohmann::json models_json(const std::string& model, int64_t created);
 

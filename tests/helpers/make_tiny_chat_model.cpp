@@ -1,5 +1,5 @@
 // mk-tiny-chat-model DIR [--layers N] [--hidden N] [--intermediate N] [--heads N] [--kv-heads N]
-//                        [--head-dim N] [--seed N]
+//                        [--head-dim N] [--seed N] [--scripted-thinking]
 // writes the tiny chat model of tests/helpers/tiny_chat_model.h into DIR, for tests that drive installed
 // programs (tests/install_example_test.cmake, tests/server/), benchmarks that want its tokenizer at
 // another shape (scripts/server_gpu_check.sh), and trying mk-chat's interface without a real model (its
@@ -16,10 +16,11 @@ namespace {
 void usage(std::FILE* to, const char* program) {
   std::fprintf(to,
                "usage: %s DIR [--layers N] [--hidden N] [--intermediate N] [--heads N] [--kv-heads N] [--head-dim N] "
-               "[--seed N]\n"
+               "[--seed N] [--scripted-thinking]\n"
                "Writes a tiny random chat model (Qwen2-style, ChatML template, byte-level BPE tokenizer.json) into\n"
                "DIR, for tests and for trying mk-chat -m DIR on the CPU emulator. Its weights are random, so its\n"
-               "replies are noise.\n",
+               "replies are noise. --scripted-thinking: a Qwen3-style model whose every reply is\n"
+               "\"<think>Plan</think>OK\" (for the tests of reasoning output).\n",
                program);
 }
 
@@ -37,6 +38,11 @@ int main(int argc, char** argv) {
   }
   mk::test::TinyChatModelOptions o;
   for (int i = 2; i < argc; i += 2) {
+    if (std::strcmp(argv[i], "--scripted-thinking") == 0) {
+      o.scripted_thinking = true;
+      --i;
+      continue;
+    }
     if (i + 1 >= argc) {
       usage(stderr, argv[0]);
       return 2;

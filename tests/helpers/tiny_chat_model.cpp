@@ -2,11 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "runtime/dtype.h"
 #include "runtime/synthetic_model.h"
 
 namespace mk::test {
@@ -47,6 +50,50 @@ constexpr const char* kChatMLTemplate =
     "are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
     "}}{% endif %}";
+// The same with Qwen3's generation prompt: an empty think block when thinking is switched off.
+constexpr const char* kQwen3StyleTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% if enable_thinking is "
+    "defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}{% endif %}{% endif %}";
+
+void set_bf16_row(synthetic::TensorBytes& t, int64_t row, const std::vector<float>& values) {
+  const size_t cols = size_t(t.shape.at(1));
+  for (size_t c = 0; c < cols; ++c) {
+    const uint16_t v = float_to_bf16(c < values.size() ? values[c] : 0.0f);
+    std::memcpy(t.bytes.data() + (size_t(row) * cols + c) * 2, &v, 2);
+  }
+}
+
+// Makes every reply of the model `reply` (distinct token ids, ending in the end-of-turn token), started
+// by the token `after`: see TinyChatModelOptions::scripted_thinking.
+void script_reply(std::vector<synthetic::TensorBytes>& tensors, int hidden, int32_t after, const std::vector<int32_t>& reply) {
+  constexpr float kLogit = 4.0f;  // times rms-normalised basis vectors (sqrt(hidden)): a margin of ~32
+  for (auto& t : tensors) {
+    const bool zero = t.name.ends_with("o_proj.weight") || t.name.ends_with("down_proj.weight");
+    if (zero) std::fill(t.bytes.begin(), t.bytes.end(), uint8_t(0));
+    if (t.name == "model.norm.weight")
+      for (int c = 0; c < hidden; ++c) {
+        const uint16_t one = float_to_bf16(1.0f);
+        std::memcpy(t.bytes.data() + size_t(c) * 2, &one, 2);
+      }
+  }
+  std::vector<int32_t> chain = {after};
+  chain.insert(chain.end(), reply.begin(), reply.end());
+  if (int(chain.size()) > hidden) throw std::runtime_error("scripted reply longer than the hidden size");
+  for (auto& t : tensors) {
+    if (t.name != "model.embed_tokens.weight" && t.name != "lm_head.weight") continue;
+    for (size_t i = 0; i < chain.size(); ++i) {
+      std::vector<float> basis(size_t(hidden), 0.0f);
+      if (t.name == "model.embed_tokens.weight") {
+        basis[i] = 1.0f;
+        set_bf16_row(t, chain[i], basis);
+      } else if (i + 1 < chain.size()) {
+        basis[i] = kLogit;
+        set_bf16_row(t, chain[i + 1], basis);  // the successor's row points at its predecessor's vector
+      }
+    }
+  }
+}
 
 }  // namespace
 
@@ -83,6 +130,12 @@ TinyChatModel write_tiny_chat_model(const std::filesystem::path& dir, const Tiny
   m.endoftext = add_special("<|endoftext|>");
   m.im_start = add_special("<|im_start|>");
   m.im_end = add_special("<|im_end|>");
+  if (options.scripted_thinking) {  // added tokens that are not special, as in Qwen3's tokenizer
+    m.think = add_special("<think>");
+    m.end_think = add_special("</think>");
+    added[added.size() - 2]["special"] = false;
+    added[added.size() - 1]["special"] = false;
+  }
   m.vocab = next;
   for (int b = 0; b < 256; ++b)  // the rest of the byte alphabet, beyond the model's vocabulary
     if (!has_byte[size_t(b)]) vocab[byte_level_char(uint8_t(b))] = next++;
@@ -102,7 +155,7 @@ TinyChatModel write_tiny_chat_model(const std::filesystem::path& dir, const Tiny
                 {"byte_fallback", false}, {"vocab", vocab}, {"merges", merge_list}};
 
   json config = {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"},
-                 {"chat_template", kChatMLTemplate}};
+                 {"chat_template", options.scripted_thinking ? kQwen3StyleTemplate : kChatMLTemplate}};
 
   synthetic::TinyModelSpec spec;
   spec.arch = Arch::Qwen2;
@@ -117,7 +170,11 @@ TinyChatModel write_tiny_chat_model(const std::filesystem::path& dir, const Tiny
   spec.kv_heads = options.kv_heads;
   spec.head_dim = options.head_dim;
   auto tensors = synthetic::write_tiny_model(dir, spec);
-  if (options.suppress_eos) {
+  if (options.scripted_thinking) {
+    const auto id = [&](char c) { return vocab.at(byte_level_char(uint8_t(c))).get<int32_t>(); };
+    script_reply(tensors, spec.hidden, id('\n'), {m.think, id('P'), id('l'), id('a'), id('n'), m.end_think, id('O'), id('K'), m.im_end});
+    synthetic::write_safetensors(dir / "model.safetensors", tensors);
+  } else if (options.suppress_eos) {
     for (auto& tensor : tensors) {
       if (tensor.name != "lm_head.weight") continue;
       const size_t row_bytes = tensor.bytes.size() / size_t(spec.vocab);

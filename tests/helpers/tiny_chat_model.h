@@ -15,6 +15,7 @@ struct TinyChatModel {
   int32_t im_start = -1;  // <|im_start|>
   int32_t im_end = -1;    // <|im_end|>: the end-of-turn token and the model's EOS id
   int32_t endoftext = -1; // <|endoftext|>
+  int32_t think = -1, end_think = -1;  // <think>, </think> (scripted_thinking only)
 };
 
 struct TinyChatModelOptions {
@@ -25,7 +26,17 @@ struct TinyChatModelOptions {
   // The shape (the tokenizer is the same for any). Larger shapes make the emulator slower per token:
   // the server's cancel test wants tokens far apart; a GPU benchmark wants a real model's per-token work.
   int layers = 2, hidden = 64, intermediate = 96, heads = 4, kv_heads = 2, head_dim = 16;
+  // A Qwen3-style model whose every reply is kScriptedThinkingReply: the <think> and </think> tokens, a
+  // chat template with Qwen3's thinking switch, and weights that fix each token's successor (the layers'
+  // outputs are zero, so the residual is the token's embedding; the reply's tokens embed as distinct basis
+  // vectors, and the LM head row of each one's successor is the vector of its predecessor). The reply
+  // starts after the generation prompt's last token, "\n", whatever the prompt and the sampling.
+  bool scripted_thinking = false;
 };
+
+// The reply of a scripted_thinking model, token by token: "<think>", "P", "l", "a", "n", "</think>",
+// "O", "K", then <|im_end|>.
+inline constexpr const char* kScriptedThinkingReply = "<think>Plan</think>OK";
 
 // Writes config.json, generation_config.json, model.safetensors, tokenizer.json and tokenizer_config.json.
 //
