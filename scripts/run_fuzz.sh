@@ -6,6 +6,7 @@
 #   config         config.json + generation_config.json
 #   tokenizer      tokenizer.json loading, then encode/decode (+ tokenizer_config / generation_config)
 #   chat_template  chat-template loading (tokenizer_config.json, chat_template.jinja) and rendering
+#   request_framing  mk-server's framing of the HTTP requests it reads (host/server/request_framing.h)
 # Builds build-fuzz/fuzz_<target> straight from the sources it needs (no CMake: the sanitizer and
 # fuzzer flags must apply to these files only), seeds a scratch corpus from the committed seeds
 # (tests/fuzz/corpus for safetensors, tests/fuzz/corpus_<target> for the others) and runs. Exits
@@ -66,8 +67,11 @@ case "$target" in
   chat_template)
     sources=(runtime/chat_template.cpp)
     seeds="$repo/tests/fuzz/corpus_chat_template" corpus="$out/corpus_chat_template" max_len=8192 ;;
+  request_framing)
+    sources=(host/server/request_framing.cpp)
+    seeds="$repo/tests/fuzz/corpus_request_framing" corpus="$out/corpus_request_framing" max_len=4096 ;;
   *)
-    echo "run_fuzz.sh: unknown target '$target' (safetensors, config, tokenizer, chat_template)" >&2
+    echo "run_fuzz.sh: unknown target '$target' (safetensors, config, tokenizer, chat_template, request_framing)" >&2
     exit 2 ;;
 esac
 

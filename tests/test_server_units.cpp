@@ -20,6 +20,7 @@
 #include "host/server/openai_json.h"
 #include "host/server/reasoning_split.h"
 #include "host/server/request.h"
+#include "host/server/request_framing.h"
 #include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
 #include "host/server/stop_filter.h"
@@ -563,6 +564,42 @@ TEST(ServerHealth, OkWhileTheDeviceWorks503OnceItIsLost) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Request framing (the fuzz target tests/fuzz/fuzz_request_framing.cpp checks it on random bytes)
+
+TEST(ServerFraming, ARequestIsWholeWithItsDeclaredBody) {
+  using S = RequestFraming::State;
+  RequestFraming f(1000, 100);
+  EXPECT_EQ(f.add("POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 1\r\n"), S::NeedMore);  // the first counts
+  EXPECT_EQ(f.add("\r\nab"), S::NeedMore);
+  EXPECT_FALSE(f.take_continue());
+  EXPECT_EQ(f.add("cd"), S::Whole);
+  EXPECT_EQ(f.add("more"), S::Whole);  // decided: what follows changes nothing
+  EXPECT_EQ(f.bytes(), "POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 1\r\n\r\nabcdmore");
+
+  EXPECT_EQ(RequestFraming(1000, 100).add("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), S::Whole);
+  EXPECT_EQ(RequestFraming(1000, 100).add("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n"), S::Whole);
+  EXPECT_EQ(RequestFraming(1000, 100).add("POST / HTTP/1.1\r\nContent-Length: 4x\r\n\r\n"), S::Whole);  // the server judges it
+  EXPECT_EQ(RequestFraming(1000, 100).add("POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n"), S::BodyTooLarge);
+  EXPECT_EQ(RequestFraming(30, 100).add("GET / HTTP/1.1\r\nX-Long: 0123456789\r\n\r\n"), S::HeadersTooLarge);
+  EXPECT_EQ(RequestFraming(30, 100).add(std::string(31, 'x')), S::HeadersTooLarge);
+  EXPECT_EQ(RequestFraming(30, 100).add(std::string(30, 'x')), S::NeedMore);
+}
+
+TEST(ServerFraming, ExpectContinueIsAnsweredOnceAndTakenOut) {
+  using S = RequestFraming::State;
+  RequestFraming f(1000, 100);
+  EXPECT_EQ(f.add("POST / HTTP/1.1\r\nexpect:  100-CONTINUE \r\nContent-Length: 2\r\n\r\n"), S::NeedMore);
+  EXPECT_TRUE(f.take_continue());
+  EXPECT_FALSE(f.take_continue());
+  EXPECT_EQ(f.add("{}"), S::Whole);
+  EXPECT_EQ(f.bytes(), "POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}");
+  // The body came with the headers: nothing to answer, the header stays.
+  RequestFraming g(1000, 100);
+  EXPECT_EQ(g.add("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}"), S::Whole);
+  EXPECT_FALSE(g.take_continue());
+}
+
+// ---------------------------------------------------------------------------------------------------
 // The request gate, over socketpairs: the test holds the client's end.
 
 class ServerGate : public ::testing::Test {
@@ -717,6 +754,23 @@ TEST_F(ServerGate, ARefusedClientThatGoesOnSendingIsClosedAfterALinger) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(gate_->pending(), 0u);
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(800));
+}
+
+TEST_F(ServerGate, RefusesReadsPastTheBufferedBytesLimit) {
+  GateLimits limits;
+  limits.max_buffered_bytes = 100;
+  start(limits);
+  const int first = connect(), second = connect();
+  const std::string head = "POST / HTTP/1.1\r\nContent-Length: 50\r\n\r\n";  // 39 bytes, then waits for its body
+  send_text(first, head);
+  for (int i = 0; i < 100 && gate_->pending() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  send_text(second, std::string(70, 'x'));  // 39 + 70 > 100
+  EXPECT_EQ(read_until_closed(second), "refused 503");
+  send_text(first, std::string(50, 'b'));  // the first one's bytes still fit: served
+  const auto h = handed(1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].bytes, head + std::string(50, 'b'));
 }
 
 TEST_F(ServerGate, StoppingClosesTheConnectionsStillArriving) {

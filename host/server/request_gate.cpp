@@ -1,5 +1,7 @@
 #include "host/server/request_gate.h"
 
+#include "host/server/request_framing.h"
+
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -24,61 +26,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr std::string_view kHeaderEnd = "\r\n\r\n";
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 constexpr auto kLinger = std::chrono::seconds(1);
-
-bool equal_ignoring_case(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return std::tolower(uint8_t(x)) == std::tolower(uint8_t(y)); });
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-// What the gate needs from a request's headers: how many body bytes follow, and whether the client waits
-// for "100 Continue" before sending them (and where that header's line is, to take it out once answered).
-struct HeaderFacts {
-  size_t body_bytes = 0;
-  bool expects_continue = false;
-  size_t expect_line_begin = 0, expect_line_end = 0;
-};
-
-// `head` is the request line and the headers with their final CRLF. Only the first Content-Length counts,
-// as for the server's parser; a body sent in chunks is not read here (the server refuses it, 411), and a
-// value that is not a number leaves the body to the server too.
-HeaderFacts header_facts(std::string_view head) {
-  HeaderFacts facts;
-  bool length_seen = false, chunked = false;
-  size_t line_begin = head.find('\n');  // past the request line
-  while (line_begin != std::string_view::npos && line_begin + 1 < head.size()) {
-    ++line_begin;
-    const size_t line_end = std::min(head.find('\n', line_begin), head.size());
-    const std::string_view line = head.substr(line_begin, line_end - line_begin);
-    const size_t colon = line.find(':');
-    if (colon != std::string_view::npos) {
-      const std::string_view name = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
-      if (equal_ignoring_case(name, "Content-Length") && !length_seen) {
-        length_seen = true;
-        uint64_t n = 0;
-        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (ec == std::errc() && end == value.data() + value.size()) facts.body_bytes = n;
-      } else if (equal_ignoring_case(name, "Transfer-Encoding")) {
-        chunked = true;
-      } else if (equal_ignoring_case(name, "Expect") && equal_ignoring_case(value, "100-continue")) {
-        facts.expects_continue = true;
-        facts.expect_line_begin = line_begin;
-        facts.expect_line_end = line_end + 1;
-      }
-    }
-    line_begin = line_end < head.size() ? line_end : std::string_view::npos;
-  }
-  if (chunked) facts.body_bytes = 0;
-  return facts;
-}
 
 void set_blocking(int fd, bool blocking) {
   const int flags = fcntl(fd, F_GETFL, 0);
@@ -99,9 +48,8 @@ void send_all_now(int fd, std::string_view bytes) {
 struct RequestGate::Impl {
   struct Connection {
     Clock::time_point opened;
-    std::string bytes;
-    std::optional<size_t> request_bytes;  // once the headers have ended: headers + body
-    size_t scanned = 0;                   // bytes searched for the headers' end so far
+    RequestFraming request;
+    size_t received = 0;  // bytes read from the client, counted in `buffered` until it leaves
     // Refused: answered and shut for writing. What the client still sends is read and dropped until it
     // closes or this time comes, so that the close does not reset the connection and lose the answer.
     std::optional<Clock::time_point> closing_until;
@@ -117,6 +65,7 @@ struct RequestGate::Impl {
   bool stopped = false;
   std::atomic<size_t> watched{0};
   std::unordered_map<int, Connection> connections;  // the gate's thread only
+  size_t buffered = 0;                              // the connections' bytes (received), all together
 
   Impl(const GateLimits& l, Ready r, Refusal f) : limits(l), ready(std::move(r)), refusal(std::move(f)) {
     epoll = epoll_create1(EPOLL_CLOEXEC);
@@ -164,6 +113,7 @@ struct RequestGate::Impl {
 
   void drop(int fd) {
     epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
+    buffered -= connections.at(fd).received;
     connections.erase(fd);
     watched = connections.size();
     ::close(fd);
@@ -174,12 +124,16 @@ struct RequestGate::Impl {
     ::shutdown(fd, SHUT_WR);
     Connection& c = connections.at(fd);
     c.closing_until = Clock::now() + kLinger;
-    std::string().swap(c.bytes);
+    c.request = RequestFraming(0, 0);  // its bytes are not needed any more
+    buffered -= c.received;
+    c.received = 0;
   }
 
   void hand_over(int fd) {
     epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
-    std::string bytes = std::move(connections.at(fd).bytes);
+    Connection& c = connections.at(fd);
+    buffered -= c.received;
+    std::string bytes = c.request.take_bytes();
     connections.erase(fd);
     watched = connections.size();
     set_blocking(fd, true);
@@ -200,9 +154,7 @@ struct RequestGate::Impl {
       ::close(fd);
       return;
     }
-    Connection c;
-    c.opened = Clock::now();
-    connections.emplace(fd, std::move(c));
+    connections.emplace(fd, Connection{Clock::now(), RequestFraming(limits.max_header_bytes, limits.max_body_bytes), 0, std::nullopt});
     watched = connections.size();
   }
 
@@ -214,7 +166,12 @@ struct RequestGate::Impl {
       const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
       if (n > 0 && c.closing_until) continue;
       if (n > 0) {
-        c.bytes.append(chunk, size_t(n));
+        if (buffered + size_t(n) > limits.max_buffered_bytes) {
+          refuse(fd, 503);
+          return;
+        }
+        buffered += size_t(n), c.received += size_t(n);
+        c.request.add(std::string_view(chunk, size_t(n)));
         if (decide(fd, c)) return;
         continue;
       }
@@ -227,42 +184,14 @@ struct RequestGate::Impl {
 
   // true: the connection has left the gate (handed over or closed).
   bool decide(int fd, Connection& c) {
-    if (!c.request_bytes) {
-      const size_t from = c.scanned >= kHeaderEnd.size() ? c.scanned - (kHeaderEnd.size() - 1) : 0;
-      const size_t end = c.bytes.find(kHeaderEnd, from);
-      if (end == std::string::npos) {
-        c.scanned = c.bytes.size();
-        if (c.bytes.size() > limits.max_header_bytes) {
-          refuse(fd, 431);
-          return true;
-        }
-        return false;
-      }
-      const size_t head_bytes = end + kHeaderEnd.size();
-      if (head_bytes > limits.max_header_bytes) {
-        refuse(fd, 431);
-        return true;
-      }
-      const HeaderFacts facts = header_facts(std::string_view(c.bytes).substr(0, head_bytes));
-      // Too large: the server answers from the headers alone (413, before "100 Continue" for a client that
-      // waits for it).
-      if (facts.body_bytes > limits.max_body_bytes) {
-        hand_over(fd);
-        return true;
-      }
-      size_t head = head_bytes;
-      if (facts.expects_continue && c.bytes.size() < head_bytes + facts.body_bytes) {
-        // The body comes only after "100 Continue". The gate says it, and takes the header out so that the
-        // server does not say it a second time.
-        send_all_now(fd, kContinue);
-        c.bytes.erase(facts.expect_line_begin, facts.expect_line_end - facts.expect_line_begin);
-        head -= facts.expect_line_end - facts.expect_line_begin;
-      }
-      c.request_bytes = head + facts.body_bytes;
+    if (c.request.take_continue()) send_all_now(fd, kContinue);
+    switch (c.request.state()) {
+      case RequestFraming::State::NeedMore: return false;
+      case RequestFraming::State::HeadersTooLarge: refuse(fd, 431); return true;
+      case RequestFraming::State::Whole:
+      case RequestFraming::State::BodyTooLarge: hand_over(fd); return true;  // the server answers the latter (413)
     }
-    if (c.bytes.size() < *c.request_bytes) return false;
-    hand_over(fd);
-    return true;
+    return false;
   }
 
   // Closes the connections past their deadline; returns the time until the next one, in ms (-1: none).
@@ -277,9 +206,9 @@ struct RequestGate::Impl {
         continue;
       }
       const auto first = c.opened + limits.first_byte, whole = c.opened + limits.whole_request;
-      if (c.bytes.empty() && now >= first) late.emplace_back(fd, 0);
+      if (c.received == 0 && now >= first) late.emplace_back(fd, 0);
       else if (now >= whole) late.emplace_back(fd, 408);
-      else next = std::min(next, c.bytes.empty() ? std::min(first, whole) : whole);
+      else next = std::min(next, c.received == 0 ? std::min(first, whole) : whole);
     }
     for (const auto& [fd, status] : late) {
       if (status) refuse(fd, status);
@@ -311,6 +240,7 @@ struct RequestGate::Impl {
           if (stopping) {
             for (const auto& entry : connections) ::close(entry.first);
             connections.clear();
+            buffered = 0;
             watched = 0;
             return;
           }

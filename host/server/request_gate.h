@@ -1,9 +1,9 @@
-// Reads each accepted connection's request whole - its headers and its Content-Length body - on one
-// thread, before a worker thread sees it. A client that sends its request slowly then holds a file
+// Reads each accepted connection's request whole - its headers and its Content-Length body, as
+// request_framing.h finds where they end - on one thread, before a worker thread sees it. A client that sends its request slowly then holds a file
 // descriptor and a buffer, never a worker: the workers serve only requests that have fully arrived, so
 // slow or idle clients cannot starve /health or a completion. A request must arrive whole within a deadline
 // counted from the connection's opening; the gate answers those that do not itself (408), and the ones
-// whose headers never end (431), and connections beyond its capacity (503).
+// whose headers never end (431), and connections or bytes beyond its capacity (503).
 //
 // Linux (epoll). Sockets are stream sockets of any family; the tests use socketpairs.
 #pragma once
@@ -25,6 +25,8 @@ struct GateLimits {
   // A body declared larger is not read here: the request goes on at its headers, and the server refuses it.
   size_t max_body_bytes = 4 << 20;
   size_t max_pending = 1024;  // connections whose request is still arriving; one more is refused (503)
+  // The bytes of all connections whose request is still arriving, together; a read past it is refused (503).
+  size_t max_buffered_bytes = size_t(256) << 20;
 };
 
 class RequestGate {
