@@ -713,12 +713,11 @@ TEST_F(ServerGate, ABodyOverTheLimitGoesAtItsHeadersForTheServerToRefuse) {
   EXPECT_THAT(h[0].bytes, HasSubstr("Expect: 100-continue"));  // the server answers it (413)
 }
 
-TEST_F(ServerGate, RefusesLateRequestsEndlessHeadersAndConnectionsBeyondItsCapacity) {
+TEST_F(ServerGate, RefusesLateRequestsAndEndlessHeaders) {
   GateLimits limits;
   limits.whole_request = std::chrono::milliseconds(300);
   limits.first_byte = std::chrono::milliseconds(200);
   limits.max_header_bytes = 1000;
-  limits.max_pending = 3;
   start(limits);
   const int slow = connect(), silent = connect(), endless = connect();
   send_text(slow, "POST /v1/completions HTTP/1.1\r\nContent-Le");
@@ -726,16 +725,35 @@ TEST_F(ServerGate, RefusesLateRequestsEndlessHeadersAndConnectionsBeyondItsCapac
   EXPECT_EQ(read_until_closed(endless), "refused 431");
   for (int i = 0; i < 50 && gate_->pending() != 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(gate_->pending(), 2u);  // the refused one has left once its client hung up
-  const int one_more = connect(), too_many = connect();
-  EXPECT_EQ(read_until_closed(too_many), "refused 503");
+  const int leaving = connect();
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(read_until_closed(silent), "");  // closed without an answer
   EXPECT_EQ(read_until_closed(slow), "refused 408");
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-  ::shutdown(one_more, SHUT_WR);  // a client that leaves before its request: closed, never handed over
-  EXPECT_EQ(read_until_closed(one_more), "");
+  ::shutdown(leaving, SHUT_WR);  // a client that leaves before its request: closed, never handed over
+  EXPECT_EQ(read_until_closed(leaving), "");
   EXPECT_TRUE(handed(1, std::chrono::milliseconds(100)).empty());
   EXPECT_EQ(gate_->pending(), 0u);
+}
+
+TEST_F(ServerGate, WhenFullTheConnectionThatWaitedLongestLeaves) {
+  GateLimits limits;
+  limits.max_pending = 3;
+  start(limits);
+  std::vector<int> slow;
+  for (int i = 0; i < 3; ++i) {
+    slow.push_back(connect());
+    send_text(slow.back(), "GET /he");
+    for (int t = 0; t < 100 && gate_->pending() != size_t(i + 1); ++t) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const int prompt = connect();
+  send_text(prompt, "GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(read_until_closed(slow[0]), "refused 503");
+  const auto h = handed(1);
+  ASSERT_EQ(h.size(), 1u);
+  EXPECT_EQ(h[0].bytes, "GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(gate_->pending(), 2u);  // the two younger slow ones
 }
 
 TEST_F(ServerGate, ARefusedClientThatGoesOnSendingIsClosedAfterALinger) {

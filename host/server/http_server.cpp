@@ -17,6 +17,9 @@
 #define CPPHTTPLIB_USE_POLL
 #include <httplib.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -503,7 +506,9 @@ struct HttpServer::Impl {
                                    fmt::format("the request line and headers are larger than {} bytes", gate_limits().max_header_bytes),
                                    {}, "request_header_fields_too_large")
                         : ApiError(503, "server_error",
-                                   fmt::format("{} connections are already sending their requests; retry later", gate_limits().max_pending));
+                                   fmt::format("too many requests are arriving at once (more than {} connections or {} MiB); "
+                                               "this one had waited longest or came past the bytes: retry later",
+                                               gate_limits().max_pending, gate_limits().max_buffered_bytes >> 20));
     metrics.count_http("other", status);
     if (config.log_requests) fmt::print(stderr, "connection refused with {}: {}\n", status, e.what());
     const std::string body = dump(e.to_json());
@@ -514,6 +519,9 @@ struct HttpServer::Impl {
   GateLimits gate_limits() const {
     GateLimits limits;
     limits.max_body_bytes = config.max_body_bytes;
+    // Half the descriptors at most, so that accept() and the workers always have some.
+    if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+      limits.max_pending = std::clamp<size_t>(size_t(files.rlim_cur) / 2, 16, limits.max_pending);
     return limits;
   }
 };

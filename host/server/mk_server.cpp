@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,12 @@ int run(int argc, char** argv) {
   };
   auto engine = mk::Engine::open(model_dir, options);
 
+  // Every connection whose request is still arriving holds a descriptor (host/server/request_gate.h):
+  // the soft limit (often 1,024) goes up to the hard one, so that slow clients do not starve accept().
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   mk::server::HttpServer server(*engine, config);
   const int port = server.bind();
   fmt::print(stderr, "mk-server: model {} (id \"{}\"), {} chat template\n", model_dir, config.model_id,

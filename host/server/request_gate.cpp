@@ -140,12 +140,22 @@ struct RequestGate::Impl {
     ready(fd, std::move(bytes));
   }
 
-  void watch(int fd) {
-    if (connections.size() >= limits.max_pending) {
-      send_all_now(fd, refusal(503));
-      ::close(fd);
-      return;
+  // Full: the connection that has waited longest leaves for the new one (a refused one first, else it
+  // gets 503). The slowest clients go, so that a flood of them cannot keep a prompt request out.
+  void evict_oldest() {
+    int oldest = -1;
+    std::pair<bool, Clock::time_point> oldest_key{false, Clock::time_point::max()};
+    for (const auto& [fd, c] : connections) {
+      const std::pair<bool, Clock::time_point> key{!c.closing_until, c.opened};  // lingering ones first
+      if (oldest < 0 || key < oldest_key) oldest = fd, oldest_key = key;
     }
+    if (oldest < 0) return;
+    if (!connections.at(oldest).closing_until) send_all_now(oldest, refusal(503));
+    drop(oldest);
+  }
+
+  void watch(int fd) {
+    if (connections.size() >= limits.max_pending) evict_oldest();
     set_blocking(fd, false);
     epoll_event e{};
     e.events = EPOLLIN | EPOLLRDHUP;

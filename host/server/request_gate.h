@@ -3,7 +3,8 @@
 // descriptor and a buffer, never a worker: the workers serve only requests that have fully arrived, so
 // slow or idle clients cannot starve /health or a completion. A request must arrive whole within a deadline
 // counted from the connection's opening; the gate answers those that do not itself (408), and the ones
-// whose headers never end (431), and connections or bytes beyond its capacity (503).
+// whose headers never end (431), and, past its capacity, the connection that has waited longest or a read
+// past its byte budget (503).
 //
 // Linux (epoll). Sockets are stream sockets of any family; the tests use socketpairs.
 #pragma once
@@ -24,7 +25,9 @@ struct GateLimits {
   size_t max_header_bytes = 64 << 10;  // the request line and headers, up to and with the empty line
   // A body declared larger is not read here: the request goes on at its headers, and the server refuses it.
   size_t max_body_bytes = 4 << 20;
-  size_t max_pending = 1024;  // connections whose request is still arriving; one more is refused (503)
+  // Connections whose request is still arriving. One more makes the one that has waited longest leave
+  // (503), so that slow clients cannot keep a prompt one out.
+  size_t max_pending = 1024;
   // The bytes of all connections whose request is still arriving, together; a read past it is refused (503).
   size_t max_buffered_bytes = size_t(256) << 20;
 };
