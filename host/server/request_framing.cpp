@@ -52,8 +52,12 @@ HeaderFacts header_facts(std::string_view head) {
         chunked = true;
       } else if (equal_ignoring_case(name, "Expect") && equal_ignoring_case(value, "100-continue")) {
         facts.expects_continue = true;
-        facts.expect_line_begin = line_begin;
-        facts.expect_line_end = line_end + 1;
+        // Taken out only where it is a whole CRLF line after another: then the headers' "\r\n\r\n" stays
+        // where it was (a bare LF before it and the terminator could straddle the line).
+        if (line_begin >= 2 && head[line_begin - 2] == '\r' && line_end < head.size() && line_end >= 1 && head[line_end - 1] == '\r') {
+          facts.expect_line_begin = line_begin;
+          facts.expect_line_end = line_end + 1;
+        }
       }
     }
     line_begin = line_end < head.size() ? line_end : std::string_view::npos;
@@ -92,6 +96,7 @@ RequestFraming::State RequestFraming::decide() {
     size_t head = head_bytes;
     if (facts.expects_continue && bytes_.size() < head_bytes + facts.body_bytes) {
       continue_pending_ = true;
+      // Else the header stays, and the server says "100 Continue" a second time (clients take several 1xx).
       bytes_.erase(facts.expect_line_begin, facts.expect_line_end - facts.expect_line_begin);
       head -= facts.expect_line_end - facts.expect_line_begin;
     }
