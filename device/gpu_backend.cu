@@ -316,8 +316,8 @@ class MonokernelBackend final : public GpuBackend {
   const Schedule& schedule() const override { return schedule_; }
   void fill_context_for_benchmark(int tokens, uint64_t seed) override {
     if (tokens < 0 || tokens >= opt_.context) fail("benchmark context {} must be below the context size {}", tokens, opt_.context);
-    dev::fill_random_bf16(state_.k_cache.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed);
-    dev::fill_random_bf16(state_.v_cache.as<uint16_t>(), kv_bytes() / 4, 1.0f, seed + 1);
+    dev::fill_random_bf16(state_.k_cache.as<uint16_t>(), state_.k_cache.bytes / sizeof(uint16_t), 1.0f, seed);
+    dev::fill_random_bf16(state_.v_cache.as<uint16_t>(), state_.v_cache.bytes / sizeof(uint16_t), 1.0f, seed + 1);
     position_ = tokens;
     pending_ = -1;
   }
@@ -384,7 +384,6 @@ class MonokernelBackend final : public GpuBackend {
            dev::kThreads, smem);
   }
 
-  size_t kv_bytes() const { return dev::device_memory_need(cfg_, layout_, schedule_, opt_.context).kv_cache; }
 
   void check_memory_budget() const {
     const dev::MemoryNeed need = dev::device_memory_need(cfg_, layout_, schedule_, opt_.context);
