@@ -14,6 +14,17 @@ size_t partial_tag_at_end(std::string_view s, std::string_view tag) {
   return 0;
 }
 
+// Drops the leading newlines of `held`; false when nothing else is held yet.
+bool drop_leading_newlines(std::string& held) {
+  const size_t begin = held.find_first_not_of('\n');
+  if (begin == std::string::npos) {
+    held.clear();
+    return false;
+  }
+  held.erase(0, begin);
+  return true;
+}
+
 }  // namespace
 
 SplitText ReasoningSplitter::push(std::string_view text) {
@@ -34,16 +45,10 @@ SplitText ReasoningSplitter::push(std::string_view text) {
         state_ = State::Content;
         continue;
       }
-      case State::ReasoningStart: {
-        const size_t begin = held_.find_first_not_of('\n');
-        if (begin == std::string::npos) {
-          held_.clear();
-          return out;
-        }
-        held_.erase(0, begin);
+      case State::ReasoningStart:
+        if (!drop_leading_newlines(held_)) return out;
         state_ = State::Reasoning;
         continue;
-      }
       case State::Reasoning: {
         const size_t close = held_.find(kClose);
         if (close != std::string::npos) {
@@ -60,16 +65,10 @@ SplitText ReasoningSplitter::push(std::string_view text) {
         held_.erase(0, held_.size() - keep);
         return out;
       }
-      case State::ContentStart: {
-        const size_t begin = held_.find_first_not_of('\n');
-        if (begin == std::string::npos) {
-          held_.clear();
-          return out;
-        }
-        held_.erase(0, begin);
+      case State::ContentStart:
+        if (!drop_leading_newlines(held_)) return out;
         state_ = State::Content;
         continue;
-      }
       case State::Content:
         out.content += held_;
         held_.clear();

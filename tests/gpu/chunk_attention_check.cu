@@ -1,9 +1,8 @@
 // Standalone check of device/chunk_attention.h (not part of CMake): the block-causal prefill attention
 // against a CPU reference of its arithmetic, then timings of whole-prompt launches.
 // Build: nvcc -std=c++17 -O3 -arch=sm_90a -I. -Xptxas -warn-spills,-v tests/gpu/chunk_attention_check.cu
-#ifndef MK_PLATFORM_NVIDIA
-#define MK_PLATFORM_NVIDIA
-#endif
+#include "tests/gpu/standalone_check.h"
+
 #include "device/chunk_attention.h"
 
 #include <cmath>
@@ -14,15 +13,6 @@
 #include <vector>
 
 using namespace mk::dev;
-
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 static float bf(uint16_t b) {
   uint32_t u = uint32_t(b) << 16;
@@ -125,14 +115,14 @@ static Result run_case(const Case& c, int stride, int reps) {
   for (auto& x : k) x = to_bf(nd(rng));
   for (auto& x : v) x = to_bf(nd(rng));
   uint16_t *dq, *dk, *dv, *dout;
-  CK(cudaMalloc(&dq, q.size() * 2));
-  CK(cudaMalloc(&dk, k.size() * 2));
-  CK(cudaMalloc(&dv, v.size() * 2));
-  CK(cudaMalloc(&dout, q.size() * 2));
-  CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dk, k.data(), k.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dout, 0xff, q.size() * 2));  // NaN everywhere: unwritten outputs fail
+  CHECK(cudaMalloc(&dq, q.size() * 2));
+  CHECK(cudaMalloc(&dk, k.size() * 2));
+  CHECK(cudaMalloc(&dv, v.size() * 2));
+  CHECK(cudaMalloc(&dout, q.size() * 2));
+  CHECK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(dk, k.data(), k.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(dout, 0xff, q.size() * 2));  // NaN everywhere: unwritten outputs fail
 
   Args a{dq, dk, dv, dout, c.kv_heads, c.G, c.D, c.tokens, c.first_pos, context, chunk_attention_tile_tokens(c.G), scale};
   const size_t smem = chunk_attention_smem_bytes(c.D, c.G);
@@ -145,13 +135,13 @@ static Result run_case(const Case& c, int stride, int reps) {
       chunk_kernel<false><<<grid, kThreads, smem>>>(a);
     }
   };
-  CK(cudaFuncSetAttribute(chunk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  CK(cudaFuncSetAttribute(chunk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CHECK(cudaFuncSetAttribute(chunk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  CHECK(cudaFuncSetAttribute(chunk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   launch();
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
   std::vector<uint16_t> out(q.size());
-  CK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
 
   Result r{true, 0.0, 0.0, 0.f, 0.0};
   std::vector<float> ref(c.D);
@@ -175,30 +165,30 @@ static Result run_case(const Case& c, int stride, int reps) {
 
   if (reps > 0) {
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
     for (int i = 0; i < 3; ++i) launch();
-    CK(cudaEventRecord(e0));
+    CHECK(cudaEventRecord(e0));
     for (int i = 0; i < reps; ++i) launch();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
     float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
     r.ms = ms / reps;
     double flops = 0;
     for (int t = 0; t < c.tokens; ++t) flops += 4.0 * H * double(c.first_pos + t + 1) * c.D;
     r.tflops = flops / (r.ms * 1e-3) / 1e12;
   }
-  CK(cudaFree(dq));
-  CK(cudaFree(dk));
-  CK(cudaFree(dv));
-  CK(cudaFree(dout));
+  CHECK(cudaFree(dq));
+  CHECK(cudaFree(dk));
+  CHECK(cudaFree(dv));
+  CHECK(cudaFree(dout));
   return r;
 }
 
 int main() {
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
   bool all = true;
   const int dims[][2] = {{64, 4}, {128, 4}, {64, 7}, {64, 1}, {32, 4}, {128, 8}, {64, 20}, {96, 2}};

@@ -4,12 +4,9 @@
 // that the epilogue sees every (m, even n) of the valid region exactly once and nothing else, and that two
 // runs give the same bits; then times C = A * B^T at M = 1024, K = 4096, N = 14336 (bf16). Exits non-zero
 // on any failure.
-#ifndef MK_PLATFORM_NVIDIA
-#define MK_PLATFORM_NVIDIA
-#endif
+#include "tests/gpu/standalone_check.h"
 
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,15 +21,6 @@
 #include "device/chunk_gemm.h"
 
 using namespace mk::dev;
-
-#define CHECK(call)                                                                                      \
-  do {                                                                                                   \
-    cudaError_t e_ = (call);                                                                             \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                                      \
-    }                                                                                                    \
-  } while (0)
 
 // Which tile code a launch runs: the public entry point, the FMA path, or a shape of the tensor-core path.
 struct Public {};

@@ -7,29 +7,15 @@
 // 1's mark must move (after 100 ms of waiting, every ~67 ms) and block 0's stay 0. Then the same with the
 // abort word set: block 1's wait gives up and its mark stops moving while block 0 is still busy. Exits
 // non-zero on any failure.
-#ifndef MK_PLATFORM_NVIDIA
-#define MK_PLATFORM_NVIDIA
-#endif
-
-#include <cuda_runtime.h>
+#include "tests/gpu/standalone_check.h"
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <thread>
 
 #include "device/counter_wait.h"
 
 using namespace mk::dev;
-
-#define CHECK(call)                                                                                      \
-  do {                                                                                                   \
-    cudaError_t e_ = (call);                                                                             \
-    if (e_ != cudaSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                                      \
-    }                                                                                                    \
-  } while (0)
 
 __global__ void scenario(KernelParams p, unsigned* counter, unsigned long long busy_ns, int* reached) {
   if (threadIdx.x != 0) return;
