@@ -384,7 +384,6 @@ class MonokernelBackend final : public GpuBackend {
            dev::kThreads, smem);
   }
 
-
   void check_memory_budget() const {
     const dev::MemoryNeed need = dev::device_memory_need(cfg_, layout_, schedule_, opt_.context);
     if (need.total() > info_.free_memory)

@@ -244,13 +244,6 @@ TEST(ServerStopFilter, RandomSplitsNeverReleasePartOfAStopString) {
 // ---------------------------------------------------------------------------------------------------
 // Reasoning apart from the answer (Qwen3's <think> blocks)
 
-SplitText split_whole(std::string_view text) {
-  ReasoningSplitter s;
-  SplitText a = s.push(text);
-  const SplitText b = s.finish();
-  return {a.reasoning + b.reasoning, a.content + b.content};
-}
-
 // The Qwen3 template's own split of an earlier reply (python's strip and split, at the first tags), and
 // all reasoning when "</think>" never comes: what the splitter must give, written without it.
 SplitText template_split(const std::string& text) {
@@ -280,7 +273,7 @@ TEST(ServerReasoning, ThinkBlocksBecomeReasoningTheRestContent) {
       {"", "", ""},
   };
   for (const auto& [text, reasoning, content] : cases) {
-    const SplitText got = split_whole(text);
+    const SplitText got = split_reasoning(text);
     EXPECT_EQ(got.reasoning, reasoning) << text;
     EXPECT_EQ(got.content, content) << text;
     const SplitText ref = template_split(text);

@@ -79,6 +79,15 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
 
 bool write(DataSink& sink, std::string_view data) { return sink.write(data.data(), data.size()); }
 
+GateLimits gate_limits_for(const ServerConfig& config) {
+  GateLimits limits;
+  limits.max_body_bytes = config.max_body_bytes;
+  // Half the descriptors at most, so that accept() and the workers always have some.
+  if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+    limits.max_pending = std::clamp<size_t>(size_t(files.rlim_cur) / 2, 16, limits.max_pending);
+  return limits;
+}
+
 // A request's bytes that the gate has read, then its socket.
 class GatedSocketStream final : public httplib::Stream {
  public:
@@ -136,7 +145,7 @@ struct InlineTaskQueue final : httplib::TaskQueue {
 
 struct HttpServer::Impl {
   Impl(Engine& e, const ServerConfig& c)
-      : engine(e), config(c), session(engine.create_session()), context(session->stats().context_size),
+      : engine(e), config(c), gate_limits(gate_limits_for(c)), session(engine.create_session()), context(session->stats().context_size),
         scheduler(*session, engine.tokenizer(), config.queue_capacity, metrics), started(std::time(nullptr)),
         seeds(std::random_device{}()) {
     setup();
@@ -144,6 +153,8 @@ struct HttpServer::Impl {
 
   Engine& engine;
   const ServerConfig config;
+  // Read once: the open-file limit they depend on is raised (mk_server.cpp) before the server is made.
+  const GateLimits gate_limits;
   std::unique_ptr<Session> session;
   const int context;
   Metrics metrics;
@@ -364,11 +375,9 @@ struct HttpServer::Impl {
     }
     std::optional<std::string> reasoning;
     if (split_reasoning) {
-      ReasoningSplitter splitter;
-      SplitText parts = splitter.push(text);
-      const SplitText rest = splitter.finish();
-      reasoning = parts.reasoning + rest.reasoning;
-      text = parts.content + rest.content;
+      SplitText parts = mk::server::split_reasoning(text);
+      reasoning = std::move(parts.reasoning);
+      text = std::move(parts.content);
     }
     const JobOutcome o = job->outcome();
     log_generation(path, false, o);
@@ -500,15 +509,15 @@ struct HttpServer::Impl {
     const ApiError e =
         status == 408   ? ApiError(408, "invalid_request_error",
                                    fmt::format("the request did not arrive whole within {} s of the connection's opening",
-                                               gate_limits().whole_request.count() / 1000.0),
+                                               gate_limits.whole_request.count() / 1000.0),
                                    {}, "request_timeout")
         : status == 431 ? ApiError(431, "invalid_request_error",
-                                   fmt::format("the request line and headers are larger than {} bytes", gate_limits().max_header_bytes),
+                                   fmt::format("the request line and headers are larger than {} bytes", gate_limits.max_header_bytes),
                                    {}, "request_header_fields_too_large")
                         : ApiError(503, "server_error",
                                    fmt::format("too many requests are arriving at once (more than {} connections or {} MiB); "
                                                "this one had waited longest or came past the bytes: retry later",
-                                               gate_limits().max_pending, gate_limits().max_buffered_bytes >> 20));
+                                               gate_limits.max_pending, gate_limits.max_buffered_bytes >> 20));
     metrics.count_http("other", status);
     if (config.log_requests) fmt::print(stderr, "connection refused with {}: {}\n", status, e.what());
     const std::string body = dump(e.to_json());
@@ -516,14 +525,7 @@ struct HttpServer::Impl {
                        httplib::detail::status_message(status), body.size(), body);
   }
 
-  GateLimits gate_limits() const {
-    GateLimits limits;
-    limits.max_body_bytes = config.max_body_bytes;
-    // Half the descriptors at most, so that accept() and the workers always have some.
-    if (rlimit files{}; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
-      limits.max_pending = std::clamp<size_t>(size_t(files.rlim_cur) / 2, 16, limits.max_pending);
-    return limits;
-  }
+
 };
 
 HttpServer::HttpServer(Engine& engine, const ServerConfig& config) : impl_(std::make_unique<Impl>(engine, config)) {}
@@ -547,7 +549,7 @@ void HttpServer::run() {
   // /metrics and the answers (429, 4xx) to the rest; further requests wait for a worker, whole.
   httplib::ThreadPool workers(s.config.queue_capacity + 1 + 8);
   RequestGate gate(
-      s.gate_limits(),
+      s.gate_limits,
       [&](int sock, std::string bytes) {
         workers.enqueue([&s, sock, bytes = std::move(bytes)]() mutable { s.http.serve(sock, std::move(bytes)); });
       },

@@ -93,4 +93,13 @@ SplitText ReasoningSplitter::finish() {
   return out;
 }
 
+SplitText split_reasoning(std::string_view reply) {
+  ReasoningSplitter splitter;
+  SplitText parts = splitter.push(reply);
+  const SplitText rest = splitter.finish();
+  parts.reasoning += rest.reasoning;
+  parts.content += rest.content;
+  return parts;
+}
+
 }  // namespace mk::server

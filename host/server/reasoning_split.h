@@ -17,6 +17,9 @@ struct SplitText {
   std::string reasoning, content;
 };
 
+// The split of a whole reply at once.
+SplitText split_reasoning(std::string_view reply);
+
 class ReasoningSplitter {
  public:
   // Adds generated text; returns what may be shown now.

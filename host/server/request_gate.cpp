@@ -10,9 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
-#include <charconv>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -111,11 +109,19 @@ struct RequestGate::Impl {
     thread.join();
   }
 
-  void drop(int fd) {
+  // The connection leaves the gate (the socket stays open); returns the bytes it had sent.
+  std::string release(int fd) {
     epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
-    buffered -= connections.at(fd).received;
+    Connection& c = connections.at(fd);
+    buffered -= c.received;
+    std::string bytes = c.request.take_bytes();
     connections.erase(fd);
     watched = connections.size();
+    return bytes;
+  }
+
+  void drop(int fd) {
+    release(fd);
     ::close(fd);
   }
 
@@ -130,12 +136,7 @@ struct RequestGate::Impl {
   }
 
   void hand_over(int fd) {
-    epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
-    Connection& c = connections.at(fd);
-    buffered -= c.received;
-    std::string bytes = c.request.take_bytes();
-    connections.erase(fd);
-    watched = connections.size();
+    std::string bytes = release(fd);
     set_blocking(fd, true);
     ready(fd, std::move(bytes));
   }
