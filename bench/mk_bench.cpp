@@ -257,6 +257,17 @@ int run(int argc, char** argv) {
       ->check(mk::cli::int_range(0, 100000));
   app.add_option("--trace-csv", trace_csv, "with --trace: write every instruction's timestamps to this CSV file");
   app.add_flag("--json", json, "print JSON instead of the table");
+  int logprobs = -1;
+  app.add_option("--logprobs", logprobs, "the timed tokens' log-probabilities with N alternatives each (0..20; -1: none)")
+      ->capture_default_str()
+      ->check(mk::cli::int_range(-1, mk::kMaxTopLogprobs));
+  float frequency_penalty = 0, presence_penalty = 0;
+  app.add_option("--frequency-penalty", frequency_penalty, "the timed tokens' frequency penalty (-2..2)")
+      ->capture_default_str()
+      ->check(CLI::Range(-mk::kMaxPenalty, mk::kMaxPenalty));
+  app.add_option("--presence-penalty", presence_penalty, "the timed tokens' presence penalty (-2..2)")
+      ->capture_default_str()
+      ->check(CLI::Range(-mk::kMaxPenalty, mk::kMaxPenalty));
   int splits = 0;
   app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
   std::string attention_path = "auto";
@@ -357,6 +368,9 @@ int run(int argc, char** argv) {
       req.input = {1};
       req.max_new_tokens = tokens;
       req.sampling.temperature = 0;
+      req.adjust.frequency_penalty = frequency_penalty;
+      req.adjust.presence_penalty = presence_penalty;
+      if (logprobs >= 0) req.top_logprobs = logprobs, req.on_logprobs = [](const mk::TokenLogprobs&) {};
       const auto result = gpu->generate(req, {});
       const auto& t = gpu->profile().token_seconds;
       if (int(t.size()) != tokens) mk::fail("expected {} tokens, got {} ({})", tokens, t.size(), mk::stop_reason_name(result.stop));
@@ -437,6 +451,8 @@ int run(int argc, char** argv) {
     j["matrix_format"] = std::string(mk::matrix_format_name(layout.format));
     j["head_format"] = std::string(mk::matrix_format_name(layout.head_format));
     j["tokens_per_repetition"] = tokens;
+    j["logprobs"] = logprobs;
+    j["penalties"] = {{"frequency", frequency_penalty}, {"presence", presence_penalty}};
     j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;

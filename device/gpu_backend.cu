@@ -76,9 +76,13 @@ struct MappedHostBuffer {
     if (host) (void)hipHostFree(host);
   }
   void abandon() { host = nullptr; }  // as DeviceBuffer::abandon
-  void allocate(size_t bytes) {
-    MK_GPU_CHECK(hipHostMalloc(&host, bytes, hipHostMallocMapped));
-    std::memset(host, 0, bytes);
+  size_t bytes = 0;
+  void allocate(size_t n) {  // replaces what it held
+    if (host) MK_GPU_CHECK(hipHostFree(host));
+    host = nullptr;
+    bytes = n;
+    MK_GPU_CHECK(hipHostMalloc(&host, n, hipHostMallocMapped));
+    std::memset(host, 0, n);
     MK_GPU_CHECK(hipHostGetDevicePointer(&device, host, 0));
   }
 };
@@ -206,7 +210,7 @@ class MonokernelBackend final : public GpuBackend {
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) override {
     if (lost_) throw HangError(lost_message_, /*stopped=*/false);
     const auto input = tokens_to_ingest(req.input, pending_, position_, opt_.context, cfg_.vocab_size);
-    check_request(req);
+    check_request(req, cfg_.vocab_size);
     if (clean_schedule_ && launches_ >= opt_.debug_edit_launches) {  // the edited launches are done
       schedule_ = std::move(*clean_schedule_);
       clean_schedule_.reset();
@@ -238,6 +242,7 @@ class MonokernelBackend final : public GpuBackend {
     p.max_new = req.max_new_tokens;
     p.max_steps = opt_.context - p.start;
     p.sampling = req.sampling;
+    set_logit_requests(req, p);
 
     // The furthest sequence length this launch's attention can see: its last step's position + 1.
     const int reach = std::min(opt_.context, position_ + int(input.size()) + std::max(req.max_new_tokens - 1, 0));
@@ -257,7 +262,7 @@ class MonokernelBackend final : public GpuBackend {
                                               chunk_smem_bytes_, stream_));
     MK_GPU_CHECK(hipLaunchCooperativeKernel(long_context ? kernel_long_ : kernel_, dim3(unsigned(schedule_.num_workgroups)),
                                             dim3(dev::kThreads), args, smem_bytes_, stream_));
-    stream_tokens(result, on_token, t0);
+    stream_tokens(result, on_token, req.on_logprobs, t0);
     const auto* ch = channel();
     result.stop = StopReason(ch->stop_reason);
     const int steps = int(ch->steps_run);
@@ -270,6 +275,25 @@ class MonokernelBackend final : public GpuBackend {
     result.stats.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     collect_profile(result);
     return result;
+  }
+
+  // The request's logit adjustments and log-probabilities (runtime/sampling.h) into the launch: the
+  // adjustments' starting values uploaded, the host-mapped records sized for every token it can produce.
+  void set_logit_requests(const GenerateRequest& req, dev::KernelParams& p) {
+    if (req.adjust.active()) {
+      const std::vector<float> adjust = initial_logit_adjustment(req.adjust, cfg_.vocab_size);
+      MK_GPU_CHECK(hipMemcpy(state_.logit_adjust.ptr, adjust.data(), adjust.size() * sizeof(float), hipMemcpyHostToDevice));
+      MK_GPU_CHECK(hipMemset(state_.token_counts.ptr, 0, state_.token_counts.bytes));
+      p.adjust_logits = 1;
+      p.frequency_penalty = req.adjust.frequency_penalty;
+      p.presence_penalty = req.adjust.presence_penalty;
+    }
+    if (req.on_logprobs) {
+      const size_t records = size_t(std::max(1, std::min(req.max_new_tokens, opt_.context)));
+      if (logprobs_.bytes < records * sizeof(TokenLogprobs)) logprobs_.allocate(records * sizeof(TokenLogprobs));
+      p.out_logprobs = static_cast<TokenLogprobs*>(logprobs_.device);
+      p.top_logprobs = std::min(req.top_logprobs, cfg_.vocab_size);
+    }
   }
 
   // The kernel stopped at a step whose logits held a NaN or an infinity, without a token (device/ops/
@@ -336,6 +360,7 @@ class MonokernelBackend final : public GpuBackend {
       MK_DECODE_BUFFERS(MK_ABANDON)
 #undef MK_ABANDON
       channel_.abandon();
+      logprobs_.abandon();
       return;
     }
     if (stream_) (void)hipStreamDestroy(stream_);
@@ -560,7 +585,7 @@ class MonokernelBackend final : public GpuBackend {
   }
 
   // Streams tokens while the kernel runs; returns when it has finished (throws on a fault or a hang).
-  void stream_tokens(GenerateResult& result, const TokenCallback& on_token, Clock::time_point t0) {
+  void stream_tokens(GenerateResult& result, const TokenCallback& on_token, const LogprobCallback& on_logprobs, Clock::time_point t0) {
     uint32_t published = 0;
     std::vector<uint32_t> last_progress(2 * size_t(schedule_.num_workgroups), 0);
     auto last_change = Clock::now();
@@ -572,6 +597,11 @@ class MonokernelBackend final : public GpuBackend {
       const auto callbacks_start = Clock::now();
       const uint32_t published_before = published;
       while (published < available) {
+        if (on_logprobs) {  // written before the token's count was published
+          TokenLogprobs record;
+          std::memcpy(&record, static_cast<const TokenLogprobs*>(logprobs_.host) + published, sizeof(record));
+          on_logprobs(record);
+        }
         const int32_t token = out_tokens()[published++];
         if (result.tokens.empty()) result.stats.first_token_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         result.tokens.push_back(token);
@@ -734,6 +764,7 @@ class MonokernelBackend final : public GpuBackend {
 #undef MK_DEVICE_BUFFER
   } state_;
   MappedHostBuffer channel_;
+  MappedHostBuffer logprobs_;  // TokenLogprobs records of a launch that asked for them (grown as needed)
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};
   GpuRunProfile profile_result_;

@@ -309,6 +309,14 @@ struct KernelParams {
   MK_DECODE_LATE_BUFFERS(MK_KERNEL_PARAM)
 #undef MK_KERNEL_PARAM
   const LayerAttentionParams* layer_attention;  // one per layer
+  // The request's logit adjustments (runtime/sampling.h): with adjust_logits, the LM head adds
+  // logit_adjust to each logit and the sample op adds each sampled token's penalty to its entry.
+  int adjust_logits;
+  float frequency_penalty, presence_penalty;
+  // With out_logprobs (host-mapped, one record per token of the launch): the sample op writes each
+  // token's record (top_logprobs alternatives) before it publishes the token.
+  int top_logprobs;
+  TokenLogprobs* out_logprobs;
 };
 
 // The RoPE cos row of position `pos` in a layer's table (its sin row follows context * hd/2 floats on).

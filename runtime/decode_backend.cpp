@@ -19,11 +19,14 @@ double GenerateStats::decode_tokens_per_second() const {
   return generated_tokens > 1 && t > 0 ? double(generated_tokens - 1) / t : 0.0;
 }
 
-void check_request(const GenerateRequest& req) {
+void check_request(const GenerateRequest& req, int vocab) {
   if (req.max_new_tokens < 0)
     throw RequestError(fmt::format("generate: max_new_tokens must be >= 0 (got {})", req.max_new_tokens));
   // The one sampling rule (runtime/sampling.h), reported as a bad request.
   if (std::string e = sampling_error(req.sampling, {}); !e.empty()) throw RequestError("generate: " + e);
+  if (std::string e = logit_adjustments_error(req.adjust, vocab); !e.empty()) throw RequestError("generate: " + e);
+  if (req.top_logprobs < 0 || req.top_logprobs > kMaxTopLogprobs)
+    throw RequestError(fmt::format("generate: top_logprobs must be between 0 and {} (got {})", kMaxTopLogprobs, req.top_logprobs));
 }
 
 std::vector<int32_t> tokens_to_ingest(const std::vector<int32_t>& input, int32_t pending_token, int position,

@@ -17,10 +17,17 @@ namespace mk {
 enum class StopReason { None, Eos, MaxTokens, Cancelled, ContextFull };
 const char* stop_reason_name(StopReason r);
 
+using LogprobCallback = std::function<void(const TokenLogprobs& logprobs)>;
+
 struct GenerateRequest {
   std::vector<int32_t> input;  // tokens to ingest (the prompt, or the new turn)
   int max_new_tokens = 128;
   SamplingParams sampling;
+  LogitAdjustments adjust;     // logit_bias and the penalties (runtime/sampling.h)
+  // When set: each sampled token's log-probability and its `top_logprobs` (0..kMaxTopLogprobs) most likely
+  // alternatives, passed just before on_token gets the token.
+  LogprobCallback on_logprobs;
+  int top_logprobs = 0;
 };
 
 struct GenerateStats {
@@ -91,8 +98,9 @@ class DecodeBackend {
   virtual std::string name() const = 0;
 };
 
-// The request's own parameters (max_new_tokens, sampling); throws RequestError.
-void check_request(const GenerateRequest& request);
+// The request's own parameters (max_new_tokens, sampling, the logit adjustments against a vocabulary of
+// `vocab` tokens, top_logprobs); throws RequestError.
+void check_request(const GenerateRequest& request, int vocab);
 
 // The tokens a generate() call will run: the pending token (if any) followed by the request's input.
 // Validates against the vocabulary and the context; throws RequestError naming the limit.

@@ -17,6 +17,7 @@
 
 #include "runtime/model_config.h"
 #include "runtime/portability.h"
+#include "runtime/sampling.h"
 #include "runtime/schedule.h"
 #include "runtime/weight_layout.h"
 
@@ -87,8 +88,12 @@ struct DecodeShapes {
   X(chunk_tokens, int32_t, s.chunk > 0 ? s.context : 0, 1, "prompt tokens of the chunk steps")
 
 // Placed last in the parameter block.
-#define MK_DECODE_LATE_BUFFERS(X) \
-  X(projected, float, s.post_norms ? s.hidden : 0, 1, "projected rows (before their post-norm)")
+#define MK_DECODE_LATE_BUFFERS(X)                                                                                   \
+  X(projected, float, s.post_norms ? s.hidden : 0, 1, "projected rows (before their post-norm)")                  \
+  X(logit_adjust, float, s.vocab, 1, "logit adjustments (logit_bias, penalties)")                                  \
+  X(token_counts, uint32_t, s.vocab, 1, "sampled-token counts (penalties)")                                        \
+  X(lm_logsumexp, float, 2 * s.lm_head_slots, 2, "lm_head partial log-sum-exp")                                     \
+  X(lm_top, TokenComposite, s.lm_head_slots * kMaxTopLogprobs, kMaxTopLogprobs, "lm_head partial top tokens")
 
 #define MK_DECODE_BUFFERS(X) \
   MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X)

@@ -41,4 +41,44 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingParams& par
   return ids[size_t(chosen)];
 }
 
+std::string logit_adjustments_error(const LogitAdjustments& a, int vocab) {
+  if (a.bias.size() > kMaxLogitBiasEntries)
+    return fmt::format("logit_bias: {} entries, at most {}", a.bias.size(), kMaxLogitBiasEntries);
+  for (const auto& [token, bias] : a.bias) {
+    if (token < 0 || token >= vocab) return fmt::format("logit_bias: token {} is outside the vocabulary [0, {})", token, vocab);
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias))
+      return fmt::format("logit_bias: the bias {} of token {} must be between {} and {}", bias, token, -kMaxLogitBias, kMaxLogitBias);
+  }
+  if (!(a.frequency_penalty >= -kMaxPenalty && a.frequency_penalty <= kMaxPenalty))
+    return fmt::format("frequency_penalty {} must be between {} and {}", a.frequency_penalty, -kMaxPenalty, kMaxPenalty);
+  if (!(a.presence_penalty >= -kMaxPenalty && a.presence_penalty <= kMaxPenalty))
+    return fmt::format("presence_penalty {} must be between {} and {}", a.presence_penalty, -kMaxPenalty, kMaxPenalty);
+  return {};
+}
+
+std::vector<float> initial_logit_adjustment(const LogitAdjustments& a, int vocab) {
+  std::vector<float> adjust(size_t(vocab), 0.0f);
+  for (const auto& [token, bias] : a.bias) adjust[size_t(token)] += bias;
+  return adjust;
+}
+
+TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int top) {
+  float max = -INFINITY;
+  for (int i = 0; i < vocab; ++i) max = std::max(max, logits[i]);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - double(max));
+  const float lse = max + float(std::log(sum));
+  TokenLogprobs r;
+  r.token = token;
+  r.logprob = logits[token] - lse;
+  r.top_count = std::min(std::max(top, 0), std::min(kMaxTopLogprobs, vocab));
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + r.top_count, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int i = 0; i < r.top_count; ++i) r.top_ids[i] = ids[size_t(i)], r.top_logprobs[i] = logits[ids[size_t(i)]] - lse;
+  return r;
+}
+
 }  // namespace mk

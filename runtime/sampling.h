@@ -15,7 +15,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/portability.h"
@@ -107,5 +109,70 @@ MK_HD_INLINE int choose_candidate(const float* logits, int n, const SamplingPara
 
 // CPU implementation of the whole rule over a full logits vector (used by the emulator).
 int32_t sample_token(const std::vector<float>& logits, const SamplingParams& params, uint64_t step);
+
+// ---- Changes to the logits before sampling (OpenAI's definitions) ----
+// A token's logit becomes logit + bias - c * frequency_penalty - (c > 0) * presence_penalty, c being the
+// times it was sampled earlier in this reply (the prompt does not count). Every rule above then runs on
+// these logits, greedy included; so do the log-probabilities below.
+inline constexpr float kMaxLogitBias = 100.0f, kMaxPenalty = 2.0f;
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
+
+struct LogitAdjustments {
+  std::vector<std::pair<int32_t, float>> bias;  // (token, bias); a token listed twice adds both
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  bool active() const { return !bias.empty() || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
+};
+
+// What sampling token j, sampled `count_before` times earlier in the reply, adds to its adjustment.
+MK_HD_INLINE float penalty_after_sample(uint32_t count_before, float frequency_penalty, float presence_penalty) {
+  return -(frequency_penalty + (count_before == 0 ? presence_penalty : 0.0f));
+}
+
+// Biases in [-kMaxLogitBias, kMaxLogitBias] on tokens in [0, vocab), at most kMaxLogitBiasEntries of them;
+// penalties finite in [-kMaxPenalty, kMaxPenalty]. Returns what is wrong, naming the field; "" when valid.
+std::string logit_adjustments_error(const LogitAdjustments& a, int vocab);
+
+// The dense starting adjustment of every token (the biases summed), as both backends upload it.
+std::vector<float> initial_logit_adjustment(const LogitAdjustments& a, int vocab);
+
+// ---- Log-probabilities of the sampled tokens ----
+// log_softmax over the whole vocabulary of the adjusted logits, at temperature 1: the model's
+// distribution after logit_bias and the penalties, before temperature and the top-k / top-p / min-p
+// truncation (which only choose among these tokens). Computed by the kernel's sample op (device/ops/
+// sample.h) and its emulator twin; the same record on both, written to host memory per token.
+inline constexpr int kMaxTopLogprobs = 20;
+
+// Tokens in order of their logits, as one unsigned 64-bit number each: the logit's order-preserving key
+// (a larger float, a larger key; never 0) above the id complemented, so that the larger composite is the
+// larger logit, ties to the lower id. 0 is no token.
+using TokenComposite = unsigned long long;
+MK_HD_INLINE uint32_t logit_key(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+MK_HD_INLINE TokenComposite token_composite(float logit, int32_t id) {
+  return TokenComposite(logit_key(logit)) << 32 | (0xffffffffu - uint32_t(id));
+}
+MK_HD_INLINE int32_t composite_id(TokenComposite c) { return int32_t(0xffffffffu - uint32_t(c & 0xffffffffull)); }
+MK_HD_INLINE float composite_logit(TokenComposite c) {
+  const uint32_t k = uint32_t(c >> 32), u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+struct TokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  int32_t top_count = 0;                   // entries of the two arrays in use: the most likely first,
+  int32_t top_ids[kMaxTopLogprobs] = {};   // ties by the lower token id
+  float top_logprobs[kMaxTopLogprobs] = {};
+};
+
+// The record of `token` and the `top` (<= kMaxTopLogprobs) most likely tokens of `logits` (the CPU form
+// of the kernel's computation: log-sum-exp in double).
+TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int top);
 
 }  // namespace mk

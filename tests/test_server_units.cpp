@@ -72,6 +72,44 @@ TEST(ServerRequest, ReadsEveryFieldOfAChatRequest) {
   EXPECT_EQ(r.enable_thinking, false);
 }
 
+TEST(ServerRequest, ReadsLogprobsBiasAndPenalties) {
+  const auto chat = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true,
+      "top_logprobs": 20, "logit_bias": {"5": -100, "17": 2.5}, "frequency_penalty": 0.5, "presence_penalty": -2})");
+  EXPECT_TRUE(chat.logprobs);
+  EXPECT_EQ(chat.top_logprobs, 20);
+  EXPECT_THAT(chat.adjust.bias, ::testing::UnorderedElementsAre(std::pair<int32_t, float>{5, -100.f}, std::pair<int32_t, float>{17, 2.5f}));
+  EXPECT_FLOAT_EQ(chat.adjust.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(chat.adjust.presence_penalty, -2.f);
+  const auto plain = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": null})");
+  EXPECT_FALSE(plain.logprobs);
+  EXPECT_FALSE(plain.adjust.active());
+  // Completions: "logprobs": N asks for N alternatives; 0 for the sampled token's alone.
+  const auto completion = parse_request(Endpoint::Completion, R"({"prompt": "x", "logprobs": 0})");
+  EXPECT_TRUE(completion.logprobs);
+  EXPECT_EQ(completion.top_logprobs, 0);
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "logprobs": 5})").top_logprobs, 5);
+  EXPECT_FALSE(parse_request(Endpoint::Completion, R"({"prompt": "x", "logprobs": null})").logprobs);
+}
+
+TEST(ServerJson, LogprobsInOpenAIsChatAndLegacyForms) {
+  const std::vector<LogprobEntry> entries = {{"Hi", -0.25f, {{"Hi", -0.25f}, {"Ho", -1.5f}}}, {"\xe2\x82", -2.0f, {}}};
+  const json chat = logprobs_json(Endpoint::Chat, entries);
+  ASSERT_EQ(chat["content"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["token"], "Hi");
+  EXPECT_FLOAT_EQ(chat["content"][0]["logprob"].get<float>(), -0.25f);
+  EXPECT_EQ(chat["content"][0]["bytes"], json::array({72, 105}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1]["token"], "Ho");
+  EXPECT_FLOAT_EQ(chat["content"][0]["top_logprobs"][1]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(chat["content"][1]["token"], "\xef\xbf\xbd");  // an incomplete character: U+FFFD, its bytes exact
+  EXPECT_EQ(chat["content"][1]["bytes"], json::array({0xe2, 0x82}));
+  EXPECT_TRUE(chat["refusal"].is_null());
+  const json legacy = logprobs_json(Endpoint::Completion, entries, 10);
+  EXPECT_EQ(legacy["tokens"], json::array({"Hi", "\xef\xbf\xbd"}));
+  EXPECT_FLOAT_EQ(legacy["token_logprobs"][1].get<float>(), -2.0f);
+  EXPECT_FLOAT_EQ(legacy["top_logprobs"][0]["Ho"].get<float>(), -1.5f);
+  EXPECT_EQ(legacy["text_offset"], json::array({10, 12}));
+}
+
 TEST(ServerRequest, SeedsFromZeroToTheLargest) {
   EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": 0})").seed, 0u);
   const auto largest = parse_request(Endpoint::Completion, R"({"prompt": "x", "seed": 18446744073709551615})");
@@ -142,11 +180,19 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": [""]})", "empty string"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "'n' must be 1"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": "1"})", "'n' must be an integer"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "'logprobs' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "'logprobs' must be a boolean (got an integer)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", "'top_logprobs' needs 'logprobs': true"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
+       "'top_logprobs' must be an integer from 0 to 20 (got 21)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "'tools' is not supported"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "'response_format'"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 0.5})", "'presence_penalty' is not supported"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 1}})", "'logit_bias' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 2.5})", "'presence_penalty' must be in [-2, 2] (got 2.5)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": "1"})", "'frequency_penalty' must be a number"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": [1]})", "'logit_bias' must be an object mapping token ids"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"x5": 1}})", "'logit_bias' key \"x5\" is not a token id"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"-1": 1}})", "'logit_bias' key \"-1\" is not a token id"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 101}})", "'logit_bias.5' must be in [-100, 100] (got 101)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": "1"}})", "'logit_bias.5' must be a number"},
   };
   for (const auto& [body, expected] : cases) {
     const ApiError e = rejection(Endpoint::Chat, body);
@@ -154,6 +200,10 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
     EXPECT_EQ(e.type(), "invalid_request_error") << body;
     EXPECT_THAT(e.what(), HasSubstr(expected)) << body;
   }
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "logprobs": true})").what(),
+              HasSubstr("'logprobs' must be a number of alternatives, an integer from 0 to 20 (got a boolean)"));
+  EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "logprobs": 30})").what(),
+              HasSubstr("'logprobs' must be an integer from 0 to 20 (got 30)"));
   EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "echo": true})").what(), HasSubstr("'echo' is not supported"));
   EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "best_of": 3})").what(), HasSubstr("'best_of' must be 1"));
   EXPECT_THAT(rejection(Endpoint::Completion, R"({"prompt": "x", "suffix": "y"})").what(), HasSubstr("'suffix' is not supported"));

@@ -108,6 +108,29 @@ TEST(MkRun, AFailedGenerationPrintsNoTokensLine) {
   EXPECT_THAT(ok.out, ::testing::StartsWith("tokens: "));
 }
 
+// --logprobs prints a line per token after the reply (the values against the reference: test_logit_requests);
+// a +100 --logit-bias decides every greedy token, with a log-probability of 0 to six places; bad values
+// are usage errors naming the flag.
+TEST(MkRun, LogprobsAndLogitBias) {
+  const Captured r = mk_run({"-n", "3", "--logprobs", "2", "--logit-bias", "5=100", "--presence-penalty", "0.5"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("tokens: 5 5 5\nlogprob: 5 0.000000 5:0.000000 "));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 5) << r.out;  // tokens, 3 logprob lines, the summary
+  Captured bad = mk_run({"-n", "1", "--logit-bias", "5"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--logit-bias 5: expected ID=BIAS, such as 13=-100"));
+  bad = mk_run({"-n", "1", "--logit-bias", "1024=1"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, HasSubstr("logit_bias: token 1024 is outside the vocabulary [0, 1024)"));
+  bad = mk_run({"-n", "1", "--logit-bias", "3=-101"});
+  EXPECT_THAT(bad.err, HasSubstr("logit_bias: the bias -101 of token 3 must be between -100 and 100"));
+  bad = mk_run({"-n", "1", "--frequency-penalty", "3"});
+  EXPECT_THAT(bad.err, HasSubstr("frequency_penalty 3 must be between -2 and 2"));
+  bad = mk_run({"-n", "1", "--logprobs", "21"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--logprobs: 21 is out of range"));
+}
+
 // --quantize int4 with the head kept in 16 bits runs (the built-in model: hidden 256, intermediate 512),
 // with progress on stderr; unknown values name the option.
 TEST(MkRun, QuantizeOptions) {

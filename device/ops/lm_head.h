@@ -1,11 +1,13 @@
-// LM head row blocks: logits = W_lm * RMSNorm(x), and each block's (max, argmax) in its slot for greedy
-// sampling; a block any of whose logits is NaN or infinite puts (+inf, kNonFiniteSlot) there, which wins
-// the sample's merge of the slots and stops it. Skipped on prompt steps, whose logits nobody reads.
+// LM head row blocks: logits = W_lm * RMSNorm(x) (+ the request's logit adjustments), and each block's
+// (max, argmax) in its slot for greedy sampling (with log-probabilities asked for, also its partials for
+// them); a block any of whose logits is NaN or infinite puts (+inf, kNonFiniteSlot) there, which wins the
+// sample's merge of the slots and stops it. Skipped on prompt steps, whose logits nobody reads.
 #pragma once
 
 #include "device/ops/op_spec.h"
 #if MK_DEVICE_CODE
 #include "device/gemv.h"
+#include "device/top_tokens.h"
 #endif
 
 namespace mk::dev {
@@ -22,8 +24,45 @@ struct LMHeadOp : OpDefaults {
   // Not on prompt steps: nobody reads their logits.
   static constexpr bool kEveryStep = false;
   MK_HD_INLINE static bool active(int step, int ingest) { return step + 1 >= ingest; }
-  static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }
+  // The products' activations; then logprob_partials' scratch (a warp of at least 32 lanes).
+  static size_t smem_floats(const ModelDims& d, const Instr&) {
+    const size_t partials = size_t(kThreads / 32) * kMaxTopLogprobs * 2;
+    return norm_gemv_floats(d) > partials ? norm_gemv_floats(d) : partials;
+  }
 #if MK_DEVICE_CODE
+  struct Best {
+    float value;
+    int32_t index;
+  };
+  // logits[r] += adjust[r] over the block's rows [begin, end) once its logits are written, and this
+  // thread's best of them (rows ascending: ties keep the lowest id). Not inlined: inside the products'
+  // loop, or inlined after it, it made the fp8 long-context kernels spill.
+  __device__ __noinline__ static Best add_adjustments(float* logits, const float* adjust, uint32_t begin, uint32_t end) {
+    __syncthreads();
+    Best b{-INFINITY, int32_t(begin)};
+    for (uint32_t r = begin + threadIdx.x; r < end; r += kThreads) {
+      const float v = logits[r] + load_fresh(adjust + r);
+      logits[r] = v;
+      if (v > b.value) b = {v, int32_t(r)};
+    }
+    return b;
+  }
+
+  // With log-probabilities asked for: the block's (max, sum of exp) of its logits and its `top` most likely
+  // tokens, for the sample op to merge (device/top_tokens.h). `smem`: the activation area, free after
+  // the products. Not inlined, as add_adjustments.
+  __device__ __noinline__ static void logprob_partials(const float* logits, uint32_t begin, uint32_t end, int top, float* lse,
+                                                       TokenComposite* top_list, float* smem) {
+    __syncthreads();  // the block's logits are written
+    LogSumExp l;
+    for (uint32_t r = begin + threadIdx.x; r < end; r += kThreads) l.add(logits[r]);
+    l = block_log_sum_exp(l, smem);
+    if (threadIdx.x == 0) lse[0] = l.max, lse[1] = l.sum;
+    // 4 rows a thread in registers: 2,048 a block, a 262,144-token vocabulary over 128 blocks.
+    block_top<4>(int(end - begin), [&](int i) { return token_composite(logits[begin + uint32_t(i)], int32_t(begin) + i); }, top,
+              reinterpret_cast<TokenComposite*>(smem), top_list);
+  }
+
   template <class MachineT>
   __device__ static void prestage(MachineT& m, const Instr& in) {
     // Not on prompt steps: run() returns without waiting for the copies there.
@@ -44,6 +83,15 @@ struct LMHeadOp : OpDefaults {
       poison = fmaf(v, 0.0f, poison);
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });
+    // The request's logit_bias and penalties (the sample op of the step before wrote their entries), in
+    // a pass of their own over the block's rows. Finite, they leave `poison` as it is.
+    if (m.p.adjust_logits) {
+      const Best b = add_adjustments(m.p.logits, m.p.logit_adjust, in.begin, in.end);
+      best = b.value, best_index = b.index;
+    }
+    if (m.p.out_logprobs)
+      logprob_partials(m.p.logits, in.begin, in.end, m.p.top_logprobs, m.p.lm_logsumexp + 2 * in.slot,
+                       m.p.lm_top + size_t(in.slot) * kMaxTopLogprobs, m.smem);
     // A thread that saw a non-finite logit enters (+inf, kNonFiniteSlot), which wins every comparison of the
     // merge here and in the sample (ties go to the lower index): no barrier is added for it.
     if (poison != 0.0f) best = INFINITY, best_index = kNonFiniteSlot;

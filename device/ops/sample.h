@@ -1,8 +1,10 @@
 // Sample (workgroup 0): the next token from the LM head's output (greedy: the blocks' (max, argmax);
 // otherwise radix select of the top K, a bitonic sort, and runtime/sampling.h's rule), streamed to the
-// host with its time; then the stop checks (EOS, max tokens, cancel, full context). Logits with a NaN or
-// an infinity (an LM head block that entered kNonFiniteSlot: the greedy merge picks it, the sampling path
-// looks for it) give no token: the launch stops and HostChannel::nonfinite_step tells the host.
+// host with its time (before it, with log-probabilities asked for, the token's TokenLogprobs record; after
+// it, with logit adjustments, its penalty); then the stop checks (EOS, max tokens, cancel, full context).
+// Logits with a NaN or an infinity (an LM head block that entered kNonFiniteSlot: the greedy merge picks
+// it, the sampling path looks for it) give no token: the launch stops and HostChannel::nonfinite_step
+// tells the host.
 #pragma once
 
 #include "device/ops/lm_head.h"
@@ -12,6 +14,7 @@
 #if MK_DEVICE_CODE
 #include "device/device_atomics.h"
 #include "device/gemv.h"
+#include "device/top_tokens.h"
 #endif
 
 namespace mk::dev {
@@ -22,15 +25,6 @@ struct SampleOp : OpDefaults {
     return size_t(kSampleBins) + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + size_t(kMaxWarps) + 4;
   }
 #if MK_DEVICE_CODE
-  // Order-preserving map of floats to unsigned keys (larger float, larger key).
-  __device__ static __forceinline__ uint32_t float_key(float f) {
-    const uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  }
-  __device__ static __forceinline__ float key_float(uint32_t k) {
-    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-  }
-
   // The LM head slots' (max, argmax) merged, ties to the lowest id; a thread per slot, so that all slots'
   // loads are in flight at once (a serial loop would wait one L2 round trip per slot).
   template <class MachineT>
@@ -59,8 +53,7 @@ struct SampleOp : OpDefaults {
   }
 
   // Exclusive prefix count of `pred` over the block in thread order, and the block total.
-  template <class MachineT>
-  __device__ static int block_prefix_count(MachineT& m, bool pred, int* total, int* scratch) {
+  __device__ static int block_prefix_count(bool pred, int* total, int* scratch) {
     const unsigned long long mask = ballot(pred);
     const unsigned long long below = mask & ((1ull << lane_id()) - 1ull);
     if (lane_id() == 0) scratch[warp_id()] = __popcll(mask);
@@ -75,12 +68,16 @@ struct SampleOp : OpDefaults {
     return before + __popcll(below);
   }
 
-  template <class MachineT>
-  __device__ static int32_t sample_token(MachineT& m) {
-    const ModelDims& d = m.p.dims;
-    const SamplingParams& sp = m.p.sampling;
-    const int K = sp.candidate_count(d.vocab);
-    uint32_t* hist = reinterpret_cast<uint32_t*>(m.smem);                         // kSampleBins
+  // The shared-memory candidates of select_candidates: composites of (key, ~id), sorted descending.
+  __device__ static unsigned long long* candidates(float* smem) {
+    return reinterpret_cast<unsigned long long*>(reinterpret_cast<uint32_t*>(smem) + kSampleBins);
+  }
+
+  // The K largest of the `vocab` logits (K <= kMaxCandidates), in candidates(smem)[0, K): logit
+  // descending, ties by id. Not inlined (nor are the log-probabilities' functions below): inlined into
+  // the kernel, their code made the fp8 long-context kernels spill.
+  __device__ __noinline__ static void select_candidates(const float* logits, const int vocab, float* smem, const int K) {
+    uint32_t* hist = reinterpret_cast<uint32_t*>(smem);                           // kSampleBins
     unsigned long long* cand = reinterpret_cast<unsigned long long*>(hist + kSampleBins);  // kMaxCandidates
     float* values = reinterpret_cast<float*>(cand + kMaxCandidates);            // kMaxCandidates
     float* probs = values + kMaxCandidates;                                     // kMaxCandidates
@@ -96,8 +93,8 @@ struct SampleOp : OpDefaults {
       for (int b = threadIdx.x; b < bins; b += kThreads) hist[b] = 0;
       __syncthreads();
       const uint32_t pre = prefix, pre_mask = prefix_mask;
-      for (int i = threadIdx.x; i < d.vocab; i += kThreads) {
-        const uint32_t key = float_key(load_fresh(m.p.logits + i));
+      for (int i = threadIdx.x; i < vocab; i += kThreads) {
+        const uint32_t key = logit_key(load_fresh(logits + i));
         if ((key & pre_mask) == pre) atomicAdd(hist + ((key >> shift) & uint32_t(bins - 1)), 1u);
       }
       __syncthreads();
@@ -120,13 +117,13 @@ struct SampleOp : OpDefaults {
 
     // 2. Gather the candidates in id order: all keys above the threshold, the lowest-id ties.
     int n_greater = 0, n_equal = 0;
-    for (int base = 0; base < d.vocab; base += kThreads) {
+    for (int base = 0; base < vocab; base += kThreads) {
       const int i = base + int(threadIdx.x);
-      const uint32_t key = i < d.vocab ? float_key(load_fresh(m.p.logits + i)) : 0u;
-      const bool gt = i < d.vocab && key > threshold, eq = i < d.vocab && key == threshold;
+      const uint32_t key = i < vocab ? logit_key(load_fresh(logits + i)) : 0u;
+      const bool gt = i < vocab && key > threshold, eq = i < vocab && key == threshold;
       int total_gt, total_eq;
-      const int at_gt = block_prefix_count(m, gt, &total_gt, scratch);
-      const int at_eq = block_prefix_count(m, eq, &total_eq, scratch);
+      const int at_gt = block_prefix_count(gt, &total_gt, scratch);
+      const int at_eq = block_prefix_count(eq, &total_eq, scratch);
       // Sort key: logit descending, then id ascending.
       const unsigned long long composite = (unsigned long long)key << 32 | (0xffffffffu - uint32_t(i));
       if (gt) cand[n_greater + at_gt] = composite;
@@ -153,17 +150,57 @@ struct SampleOp : OpDefaults {
         __syncthreads();
       }
 
-    // 4. The shared rule over the ordered candidates.
+  }
+
+  template <class MachineT>
+  __device__ static int32_t sample_token(MachineT& m) {
+    const SamplingParams& sp = m.p.sampling;
+    const int K = sp.candidate_count(m.p.dims.vocab);
+    select_candidates(m.p.logits, m.p.dims.vocab, m.smem, K);
+    // The shared rule over the ordered candidates.
+    unsigned long long* cand = candidates(m.smem);
+    float* values = reinterpret_cast<float*>(cand + kMaxCandidates);
+    float* probs = values + kMaxCandidates;
     __shared__ int32_t chosen;
-    for (int i = threadIdx.x; i < K; i += kThreads) values[i] = key_float(uint32_t(cand[i] >> 32));
+    for (int i = threadIdx.x; i < K; i += kThreads) values[i] = composite_logit(cand[i]);
     __syncthreads();
     if (threadIdx.x == 0) {
       const float u = uniform01(sp.seed, uint64_t(m.p.start) + m.step);
-      const int c = choose_candidate(values, K, sp, u, probs);
-      chosen = int32_t(0xffffffffu - uint32_t(cand[c] & 0xffffffffull));
+      chosen = composite_id(cand[choose_candidate(values, K, sp, u, probs)]);
     }
     __syncthreads();
     return chosen;
+  }
+
+  // The record of `token` for the host (runtime/sampling.h's TokenLogprobs) with `top` alternatives,
+  // from the LM head blocks' partials (device/top_tokens.h): their log-sum-exps merged, and the `top`
+  // largest of their top lists. Not inlined, as select_candidates.
+  __device__ __noinline__ static void write_logprobs(const float* logits, const float* block_lse, const TokenComposite* block_top_lists,
+                                                     int slots, float* smem, TokenLogprobs* r, const int32_t token, const int top) {
+    LogSumExp l;
+    for (int b = threadIdx.x; b < slots; b += kThreads) l.merge(load_fresh(block_lse + 2 * b), load_fresh(block_lse + 2 * b + 1));
+    l = block_log_sum_exp(l, smem);
+    TokenComposite* scratch = reinterpret_cast<TokenComposite*>(smem);
+    TokenComposite* best = scratch + kWarps * kMaxTopLogprobs;
+    // 8 a thread in registers: the lists of 20 of up to 204 blocks.
+    block_top<8>(slots * top, [&](int i) { return load_fresh(block_top_lists + (i / top) * kMaxTopLogprobs + i % top); }, top, scratch, best);
+    // The alternatives written a thread each.
+    const float lse = l.max + logf(l.sum);
+    if (threadIdx.x == 0) {
+      r->token = token;
+      r->logprob = load_fresh(logits + token) - lse;
+      r->top_count = top;
+    }
+    for (int i = threadIdx.x; i < top; i += kThreads) r->top_ids[i] = composite_id(best[i]), r->top_logprobs[i] = composite_logit(best[i]) - lse;
+    __syncthreads();  // the record is whole before thread 0 publishes the token
+  }
+
+  // The sampled token's penalty into its logit adjustment for the next steps' LM head.
+  template <class MachineT>
+  __device__ static void add_penalty(MachineT& m, int32_t token) {
+    const uint32_t before = m.p.token_counts[token];
+    m.p.token_counts[token] = before + 1;
+    m.p.logit_adjust[token] += penalty_after_sample(before, m.p.frequency_penalty, m.p.presence_penalty);
   }
 
   template <class MachineT>
@@ -173,6 +210,10 @@ struct SampleOp : OpDefaults {
     if (sampling_step && m.p.max_new > 0) {
       const bool greedy = m.p.sampling.greedy();
       const int32_t token = greedy ? greedy_token(m) : logits_nonfinite(m) ? kNonFiniteSlot : sample_token(m);
+      if (token != kNonFiniteSlot && m.p.out_logprobs)
+        write_logprobs(m.p.logits, m.p.lm_logsumexp, m.p.lm_top, m.p.dims.lm_head_slots, m.smem,
+                       m.p.out_logprobs + (int(m.step) + 1 - m.p.ingest), token, m.p.top_logprobs);
+      if (threadIdx.x == 0 && token != kNonFiniteSlot && m.p.adjust_logits) add_penalty(m, token);
       if (threadIdx.x == 0 && token == kNonFiniteSlot) {
         m.p.channel->nonfinite_step = m.step + 1;
         stop = StopReason::Cancelled;  // ends the launch; the host reads nonfinite_step first and fails

@@ -234,7 +234,7 @@ struct Emulator::Impl : emu::EmulatorState {
 
   GenerateResult generate(const GenerateRequest& req, const TokenCallback& on_token) {
     const auto input = tokens_to_ingest(req.input, pending, position, opt.context, cfg.vocab_size);
-    check_request(req);
+    check_request(req, cfg.vocab_size);
     cancel_flag = false;
     recorded.clear();
     run = Launch{};
@@ -249,6 +249,14 @@ struct Emulator::Impl : emu::EmulatorState {
     run.ingest = int(input.size()) - chunked;
     run.max_new = req.max_new_tokens;
     run.sampling = req.sampling;
+    run.adjust = req.adjust;
+    run.adjust_logits = req.adjust.active();
+    if (run.adjust_logits) {  // as the GPU backend uploads them
+      logit_adjust.data = initial_logit_adjustment(req.adjust, cfg.vocab_size);
+      std::fill(token_counts.data.begin(), token_counts.data.end(), 0u);
+    }
+    run.on_logprobs = req.on_logprobs ? &req.on_logprobs : nullptr;
+    run.top_logprobs = std::min(req.top_logprobs, cfg.vocab_size);
     run.on_token = &on_token;
     run.t0 = std::chrono::steady_clock::now();
     const size_t steps = size_t(opt.context - run.start);  // at most one step per free cache slot

@@ -342,6 +342,7 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   // No limit: the backend stops at the end of the context and says so (ContextFull).
   request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
   request.sampling = params.sampling;
+  request.adjust = params.adjust;
 
   TurnResult out;
   StreamingDecoder decoder(tokenizer);
@@ -461,6 +462,12 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
   request.input.assign(fed.begin() + (feed_pending ? 1 : 0), fed.end());
   request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
   request.sampling = params.sampling;
+  request.adjust = params.adjust;
+  TokenLogprobs logprobs;  // the backend's record of the token it passes next
+  if (params.on_logprobs) {
+    request.top_logprobs = params.top_logprobs;
+    request.on_logprobs = [&](const TokenLogprobs& r) { logprobs = r; };
+  }
 
   CompletionResult out;
   out.cached_tokens = int(keep);
@@ -478,9 +485,9 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
       return;
     }
     out.tokens.push_back(token);
-    if (!on_token) return;
     try {
-      on_token(token);
+      if (params.on_logprobs) params.on_logprobs(logprobs);
+      if (on_token) on_token(token);
     } catch (...) {  // never unwind through a running backend: stop it, rethrow after
       callback_error = std::current_exception();
       backend_->cancel();

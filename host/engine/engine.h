@@ -98,6 +98,11 @@ struct SessionOptions {
 struct TurnParams {
   int max_tokens = -1;  // -1: until the end of turn or a full context
   SamplingParams sampling;
+  LogitAdjustments adjust;  // logit_bias and the penalties (runtime/sampling.h)
+  // complete() only: when set, each reply token's log-probabilities (and its top_logprobs most likely
+  // alternatives, 0..kMaxTopLogprobs), passed just before on_token gets the token.
+  LogprobCallback on_logprobs;
+  int top_logprobs = 0;
 };
 
 struct TurnResult {

@@ -252,6 +252,11 @@ struct HttpServer::Impl {
       s.seed = seeds();
     }
     job->stop = r.stop;
+    job->logprobs = r.logprobs;
+    job->params.top_logprobs = r.top_logprobs;
+    if (std::string e = logit_adjustments_error(r.adjust, engine.vocab_size()); !e.empty())
+      throw invalid_request(e, e.rfind("logit_bias", 0) == 0 ? "logit_bias" : e.substr(0, e.find(' ')));
+    job->params.adjust = r.adjust;
     return job;
   }
 
@@ -329,12 +334,23 @@ struct HttpServer::Impl {
     bool first = true;
     std::optional<ReasoningSplitter> splitter;
     if (split_reasoning) splitter.emplace();
+    // With logprobs: the entries of the tokens generated since the last chunk go out with the next one
+    // (text held back by a stop string or an incomplete character goes out later, its tokens with it).
+    std::vector<LogprobEntry> entries;
+    size_t text_offset = 0;  // completions: the bytes of the tokens already sent
+    const auto take_logprobs = [&]() -> json {
+      if (!job->logprobs) return nullptr;
+      json j = logprobs_json(ids.endpoint, entries, text_offset);
+      for (const LogprobEntry& e : entries) text_offset += e.bytes.size();
+      entries.clear();
+      return j;
+    };
     // One chunk for each non-empty part; false when the client is gone.
     const auto send = [&](const SplitText& parts) {
       for (const bool reasoning : {true, false}) {
         const std::string& text = reasoning ? parts.reasoning : parts.content;
         if (text.empty()) continue;
-        if (!write(sink, sse_event(text_chunk(ids, text, first, usage, reasoning)))) return false;
+        if (!write(sink, sse_event(text_chunk(ids, text, first, usage, reasoning, take_logprobs())))) return false;
         first = false;
       }
       return true;
@@ -342,10 +358,16 @@ struct HttpServer::Impl {
     for (;;) {
       const auto u = next(job, sink);
       if (!u) return gone(job, path, true);
+      entries.insert(entries.end(), std::make_move_iterator(u->logprobs.begin()), std::make_move_iterator(u->logprobs.end()));
       if (!u->text.empty() && !send(splitter ? splitter->push(u->text) : SplitText{{}, u->text})) return gone(job, path, true);
       if (u->done) break;
     }
     if (splitter && !send(splitter->finish())) return gone(job, path, true);
+    // Tokens whose text never went out (a stop string's, a reply of only held-back text): a chunk of no text.
+    if (!entries.empty()) {
+      if (!write(sink, sse_event(text_chunk(ids, "", first, usage, false, take_logprobs())))) return gone(job, path, true);
+      first = false;
+    }
     const JobOutcome o = job->outcome();
     log_generation(path, true, o);
     if (o.finish_reason == "error" || o.finish_reason == "cancelled") {
@@ -367,10 +389,12 @@ struct HttpServer::Impl {
 
   bool respond(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool split_reasoning, const std::string& path, DataSink& sink) {
     std::string text;
+    std::vector<LogprobEntry> entries;
     for (;;) {
       const auto u = next(job, sink);
       if (!u) return gone(job, path, false);
       text += u->text;
+      entries.insert(entries.end(), std::make_move_iterator(u->logprobs.begin()), std::make_move_iterator(u->logprobs.end()));
       if (u->done) break;
     }
     std::optional<std::string> reasoning;
@@ -383,7 +407,7 @@ struct HttpServer::Impl {
     log_generation(path, false, o);
     // The status (200) is sent: a failure can only cut the connection, which clients report as an error.
     if (o.finish_reason == "error" || o.finish_reason == "cancelled") return false;
-    write(sink, dump(full_response(ids, text, o, reasoning)));
+    write(sink, dump(full_response(ids, text, o, reasoning, job->logprobs ? logprobs_json(ids.endpoint, entries) : json(nullptr))));
     sink.done();
     return true;
   }

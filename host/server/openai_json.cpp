@@ -1,5 +1,7 @@
 #include "host/server/openai_json.h"
 
+#include "runtime/tokenizer.h"
+
 namespace mk::server {
 namespace {
 
@@ -42,7 +44,36 @@ json timings_json(const JobOutcome& o) {
           {"predicted_per_second", o.decode_tokens_per_second}};
 }
 
-json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning) {
+json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, size_t text_offset) {
+  const auto bytes_array = [](const std::string& b) {
+    json a = json::array();
+    for (const unsigned char c : b) a.push_back(int(c));
+    return a;
+  };
+  if (endpoint == Endpoint::Chat) {
+    json content = json::array();
+    for (const LogprobEntry& e : entries) {
+      json top = json::array();
+      for (const auto& [bytes, lp] : e.top) top.push_back({{"token", sanitize_utf8(bytes)}, {"logprob", lp}, {"bytes", bytes_array(bytes)}});
+      content.push_back({{"token", sanitize_utf8(e.bytes)}, {"logprob", e.logprob}, {"bytes", bytes_array(e.bytes)}, {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  for (const LogprobEntry& e : entries) {
+    tokens.push_back(sanitize_utf8(e.bytes));
+    token_logprobs.push_back(e.logprob);
+    json top = json::object();
+    for (const auto& [bytes, lp] : e.top) top[sanitize_utf8(bytes)] = lp;  // as OpenAI: alternatives by their text
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += e.bytes.size();
+  }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(token_logprobs)}, {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning, json logprobs) {
   json j = envelope(ids, true);
   json content;
   if (ids.endpoint == Endpoint::Chat) {
@@ -53,6 +84,7 @@ json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool 
     content = text;
   }
   j["choices"] = json::array({choice(ids, std::move(content), nullptr)});
+  j["choices"][0]["logprobs"] = std::move(logprobs);
   if (with_usage_null) j["usage"] = nullptr;
   return j;
 }
@@ -72,7 +104,8 @@ json usage_chunk(const ResponseIds& ids, const JobOutcome& o) {
   return j;
 }
 
-json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o, const std::optional<std::string>& reasoning) {
+json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o, const std::optional<std::string>& reasoning,
+                   json logprobs) {
   json j = envelope(ids, false);
   json c = {{"index", 0}};
   if (ids.endpoint == Endpoint::Chat) {
@@ -81,7 +114,7 @@ json full_response(const ResponseIds& ids, const std::string& text, const JobOut
   } else {
     c["text"] = text;
   }
-  c["logprobs"] = nullptr;
+  c["logprobs"] = std::move(logprobs);
   c["finish_reason"] = o.finish_reason;
   j["choices"] = json::array({c});
   j["usage"] = usage_json(o);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "host/server/request.h"
 #include "host/server/scheduler.h"
@@ -32,7 +33,9 @@ nlohmann::json timings_json(const JobOutcome& o);
 // asked for stream_options.include_usage, and OpenAI then sends "usage": null in every chunk but the last.
 // `reasoning`: the text is the model's reasoning (chat only): the delta's "reasoning_content", as vLLM and
 // DeepSeek's API send it, instead of its "content".
-nlohmann::json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning = false);
+// `logprobs`: the chunk's choice's "logprobs" (logprobs_json), null when not asked for.
+nlohmann::json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning = false,
+                          nlohmann::json logprobs = nullptr);
 // The chunk that ends the choice: empty delta / text, finish_reason set (plus timings).
 nlohmann::json finish_chunk(const ResponseIds& ids, const JobOutcome& o, bool with_usage_null);
 // The last chunk when include_usage was asked for: no choices, the usage.
@@ -40,7 +43,14 @@ nlohmann::json usage_chunk(const ResponseIds& ids, const JobOutcome& o);
 // The whole response of a request that did not stream. `reasoning` (chat only): the message's
 // "reasoning_content".
 nlohmann::json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o,
-                             const std::optional<std::string>& reasoning = std::nullopt);
+                             const std::optional<std::string>& reasoning = std::nullopt, nlohmann::json logprobs = nullptr);
+
+// A choice's "logprobs" for `entries`. Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs":
+// [{"token", "logprob", "bytes"}]}], "refusal": null}. Completion (OpenAI's legacy form): {"tokens",
+// "token_logprobs", "top_logprobs": [{text: logprob}], "text_offset"}, the offsets counted in bytes from
+// `text_offset` (the bytes of the tokens before these). A token's text is its bytes with any incomplete
+// UTF-8 sequence replaced by U+FFFD; "bytes" has them exactly.
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, size_t text_offset = 0);
 
 nlohmann::json models_json(const std::string& model, int64_t created);
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -212,11 +213,6 @@ void reject_unsupported(const json& body) {
     unsupported("n", fmt::format("must be 1: this server generates one choice per request (got {})", *n));
   if (const auto b = get_integer(body, "best_of"); b && *b != 1)
     unsupported("best_of", fmt::format("must be 1: this server generates one choice per request (got {})", *b));
-  if (const json* lp = field(body, "logprobs")) {
-    const bool asked = lp->is_boolean() ? lp->get<bool>() : lp->is_number() ? lp->get<double>() > 0 : true;
-    if (asked) unsupported("logprobs", "is not supported");
-  }
-  if (const auto t = get_integer(body, "top_logprobs"); t && *t > 0) unsupported("top_logprobs", "is not supported");
   if (const auto e = get_bool(body, "echo"); e && *e) unsupported("echo", "is not supported");
   if (const json* s = field(body, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
     unsupported("suffix", "is not supported");
@@ -228,10 +224,48 @@ void reject_unsupported(const json& body) {
     if (!(type && type->is_string() && type->get<std::string>() == "text"))
       unsupported("response_format", "is not supported except {\"type\": \"text\"}");
   }
-  if (const json* lb = field(body, "logit_bias"); lb && !(lb->is_object() && lb->empty()))
-    unsupported("logit_bias", "is not supported");
-  for (const char* name : {"frequency_penalty", "presence_penalty"})
-    if (const auto p = get_number(body, name); p && *p != 0.0) unsupported(name, "is not supported (only 0)");
+}
+
+// Chat: "logprobs" a boolean, "top_logprobs" 0..20 with it; Completion: "logprobs" an integer 0..20.
+void parse_logprobs(Endpoint endpoint, const json& body, CompletionRequest& out) {
+  const std::string range = fmt::format("an integer from 0 to {}", kMaxTopLogprobs);
+  const auto top = [&](const char* name, int64_t n) {
+    if (n < 0 || n > kMaxTopLogprobs) throw invalid_request(fmt::format("'{}' must be {} (got {})", name, range, n), name);
+    return int(n);
+  };
+  if (endpoint == Endpoint::Chat) {
+    out.logprobs = get_bool(body, "logprobs").value_or(false);
+    if (const auto t = get_integer(body, "top_logprobs")) {
+      if (!out.logprobs) throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      out.top_logprobs = top("top_logprobs", *t);
+    }
+  } else if (const json* lp = field(body, "logprobs")) {
+    if (lp->is_boolean()) wrong_type("logprobs", ("a number of alternatives, " + range).c_str(), *lp);
+    out.logprobs = true;
+    out.top_logprobs = top("logprobs", *get_integer(body, "logprobs"));
+  }
+}
+
+// "logit_bias": {"token id": bias in [-100, 100]}; "frequency_penalty", "presence_penalty" in [-2, 2].
+void parse_adjustments(const json& body, CompletionRequest& out) {
+  if (const json* lb = field(body, "logit_bias")) {
+    if (!lb->is_object()) wrong_type("logit_bias", "an object mapping token ids to biases", *lb);
+    if (lb->size() > kMaxLogitBiasEntries)
+      throw invalid_request(fmt::format("'logit_bias' has {} entries; at most {}", lb->size(), kMaxLogitBiasEntries), "logit_bias");
+    for (const auto& [key, value] : lb->items()) {
+      int32_t token = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), token);
+      if (ec != std::errc() || end != key.data() + key.size() || key.empty() || token < 0)
+        throw invalid_request(fmt::format("'logit_bias' key \"{}\" is not a token id (a non-negative integer)", key), "logit_bias");
+      const std::string name = fmt::format("logit_bias.{}", key);
+      if (!value.is_number()) wrong_type(name, "a number", value);
+      out.adjust.bias.emplace_back(token, in_range(name.c_str(), value.get<double>(), -kMaxLogitBias, kMaxLogitBias, false, "[-100, 100]"));
+    }
+  }
+  if (const auto p = get_number(body, "frequency_penalty"))
+    out.adjust.frequency_penalty = in_range("frequency_penalty", *p, -kMaxPenalty, kMaxPenalty, false, "[-2, 2]");
+  if (const auto p = get_number(body, "presence_penalty"))
+    out.adjust.presence_penalty = in_range("presence_penalty", *p, -kMaxPenalty, kMaxPenalty, false, "[-2, 2]");
 }
 
 }  // namespace
@@ -289,6 +323,8 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
   }
   parse_seed(body, out);
   parse_stop(body, limits, out);
+  parse_logprobs(endpoint, body, out);
+  parse_adjustments(body, out);
   return out;
 }
 

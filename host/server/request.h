@@ -2,7 +2,7 @@
 // tested on its own (tests/test_server_units.cpp). Every rejection is an ApiError (400) naming the field.
 //
 // Unknown fields are ignored, as OpenAI does. Fields that OpenAI knows but this server cannot honour
-// (n > 1, logprobs, tools, penalties, ...) are rejected rather than silently ignored: a client relying on
+// (n > 1, echo, tools, response_format, ...) are rejected rather than silently ignored: a client relying on
 // them would otherwise get a different kind of answer than it asked for.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/chat_template.h"
+#include "runtime/sampling.h"
 
 namespace mk::server {
 
@@ -37,6 +38,13 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;             // unset: the server's --seed, else a random one
   bool random_seed = false;                 // "seed": -1 asks for a random seed whatever --seed says
   std::vector<std::string> stop;
+  // Chat: "logprobs": true and "top_logprobs" (0..20); Completion: "logprobs": N (0..20) asks for the
+  // sampled tokens' log-probabilities and N alternatives each.
+  bool logprobs = false;
+  int top_logprobs = 0;
+  // "logit_bias" ({"token id": bias}), "frequency_penalty", "presence_penalty" (runtime/sampling.h); the
+  // token ids are checked against the model's vocabulary by the server, which knows it.
+  LogitAdjustments adjust;
 };
 
 // Parses and checks a request body. Throws ApiError: 400 for malformed JSON, wrong types, values out of

@@ -24,6 +24,7 @@ Job::Update Job::wait(std::chrono::microseconds timeout) {
   tokens_seen_ = tokens_;
   Update u;
   u.text = std::exchange(text_, {});
+  u.logprobs = std::exchange(logprobs_, {});
   u.done = done_;
   return u;
 }
@@ -33,11 +34,12 @@ JobOutcome Job::outcome() const {
   return outcome_;
 }
 
-void Job::token(std::string_view text) {
+void Job::token(std::string_view text, LogprobEntry* entry) {
   {
     std::lock_guard lock(mutex_);
     ++tokens_;
     text_ += text;
+    if (entry) logprobs_.push_back(std::move(*entry));
   }
   changed_.notify_all();
 }
@@ -156,6 +158,19 @@ void Scheduler::generate(Job& job) {
   StreamingDecoder decoder(tokenizer_);
   StopFilter filter(job.stop);
   bool have_first = false;
+  TurnParams params = job.params;
+  LogprobEntry entry;  // the next token's, with job.logprobs
+  if (job.logprobs) {
+    params.on_logprobs = [&](const TokenLogprobs& r) {
+      entry.bytes = tokenizer_.token_bytes(r.token);
+      entry.logprob = r.logprob;
+      entry.top.clear();
+      for (int i = 0; i < r.top_count; ++i) entry.top.emplace_back(tokenizer_.token_bytes(r.top_ids[i]), r.top_logprobs[i]);
+    };
+  } else {
+    params.on_logprobs = nullptr;
+    params.top_logprobs = 0;
+  }
   const auto on_token = [&](int32_t token) {
     if (!have_first) {
       have_first = true;
@@ -164,7 +179,9 @@ void Scheduler::generate(Job& job) {
     ++o.completion_tokens;
     // Repeated on every token: a cancel that raced with the start of the generation is not lost.
     if (job.cancelled()) return session_.cancel();
-    job.token(filter.push(decoder.push(token)));
+    // The token that completes a stop string keeps its entry; tokens after it (before the cancel lands) do not.
+    const bool counts = job.logprobs && !filter.stopped();
+    job.token(filter.push(decoder.push(token)), counts ? &entry : nullptr);
     if (filter.stopped()) session_.cancel();
   };
 
@@ -172,7 +189,7 @@ void Scheduler::generate(Job& job) {
     if (job.cancelled()) {
       o.finish_reason = "cancelled";
     } else {
-      const CompletionResult r = session_.complete(job.prompt, job.params, on_token);
+      const CompletionResult r = session_.complete(job.prompt, params, on_token);
       o.cached_tokens = r.cached_tokens;
       o.engine_first_token_seconds = r.stats.first_token_seconds;
       o.decode_tokens_per_second = r.stats.decode_tokens_per_second();

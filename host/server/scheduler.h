@@ -43,17 +43,26 @@ struct JobOutcome {
   double total_seconds = 0;               // arrival -> done
 };
 
+// A generated token's log-probability and its most likely alternatives, each with its raw bytes.
+struct LogprobEntry {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
 class Job {
  public:
   // Set before submit, read-only after.
   Endpoint endpoint = Endpoint::Chat;
   std::vector<int32_t> prompt;
-  TurnParams params;
+  TurnParams params;           // params.top_logprobs counts only with `logprobs`
+  bool logprobs = false;       // each token's LogprobEntry goes out with the text
   std::vector<std::string> stop;
   Clock::time_point arrived = Clock::now();
 
   struct Update {
     std::string text;   // released since the last call (stop strings already cut; may be empty)
+    std::vector<LogprobEntry> logprobs;  // with Job::logprobs: the tokens generated since the last call
     bool done = false;  // no more text will come; outcome() is final
   };
   // Waits up to `timeout` for a new token (even one whose text is held back), text, or the end. One
@@ -65,13 +74,15 @@ class Job {
 
  private:
   friend class Scheduler;
-  void token(std::string_view text);    // one generated token and the text it releases (may be empty)
+  // One generated token, the text it releases (may be empty) and its log-probabilities (with `logprobs`).
+  void token(std::string_view text, LogprobEntry* entry = nullptr);
   void release(std::string_view text);  // text without a token (the held-back tail at the end)
   void finish(JobOutcome outcome);
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::string text_;
+  std::vector<LogprobEntry> logprobs_;
   uint64_t tokens_ = 0, tokens_seen_ = 0;  // tokens generated; those the waiter has woken for
   bool done_ = false;
   JobOutcome outcome_;

@@ -5,6 +5,7 @@
 //   text:  -p TEXT (encoded as Hugging Face's tokenizer(TEXT) does: the BOS added); the continuation is
 //          printed as text on stdout and the summary line goes to stderr, so stdout is exactly the text.
 //   ids:   -t 1,2,3 takes the prompt as token ids; --ids prints "tokens: ..." and the summary on stdout.
+//   --logprobs N: after the reply, a line "logprob: ID LOGPROB ID:LOGPROB ..." per token on stdout.
 //          A model without a tokenizer.json (a --preset, the built-in model) works in ids only; with -t and
 //          --ids the tokenizer is not loaded at all.
 #include <CLI/CLI.hpp>
@@ -111,6 +112,16 @@ int run(int argc, char** argv) {
   app.add_option("--top-p", sampling.top_p, "top-p")->capture_default_str();
   app.add_option("--min-p", sampling.min_p, "min-p")->capture_default_str();
   mk::cli::add_seed_option(app, seed, "sampling seed (default: 0)");
+  mk::LogitAdjustments adjust;
+  std::vector<std::string> bias_text;
+  app.add_option("--logit-bias", bias_text, "ID=BIAS: add BIAS (-100..100) to token ID's logit (repeatable)");
+  app.add_option("--frequency-penalty", adjust.frequency_penalty, "subtract this (-2..2) per earlier sampling of a token")
+      ->capture_default_str();
+  app.add_option("--presence-penalty", adjust.presence_penalty, "subtract this (-2..2) from a token sampled before")
+      ->capture_default_str();
+  int logprobs = -1;
+  app.add_option("--logprobs", logprobs, "after the reply, print each token's log-probability and N alternatives (0..20)")
+      ->check(mk::cli::int_range(0, mk::kMaxTopLogprobs));
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::GpuOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
@@ -125,6 +136,16 @@ int run(int argc, char** argv) {
   if (text_prompt && prompt.empty()) mk::cli::usage_error("-p: the prompt is empty (give the text to continue)");
   if (text_prompt && model_dir.empty())
     mk::cli::usage_error("-p needs a model with a tokenizer: give -m MODEL_DIR (a --preset or the built-in model takes -t IDS)");
+  for (const std::string& b : bias_text) {
+    const size_t eq = b.find('=');
+    int32_t id = -1;
+    float bias = 0;
+    const char* end = b.data() + b.size();
+    if (eq == std::string::npos || std::from_chars(b.data(), b.data() + eq, id).ptr != b.data() + eq ||
+        std::from_chars(b.data() + eq + 1, end, bias).ptr != end || eq + 1 == b.size())
+      mk::cli::usage_error("--logit-bias {}: expected ID=BIAS, such as 13=-100", b);
+    adjust.bias.emplace_back(id, bias);
+  }
   const std::vector<TokenArg> token_ids = parse_tokens(tokens_text.empty() ? "1,2,3,4" : tokens_text);
   sampling.seed = seed ? *seed : std::random_device{}();
 
@@ -178,6 +199,8 @@ int run(int argc, char** argv) {
     input = check_tokens(token_ids, model->config.vocab_size);
   }
 
+  if (const std::string e = mk::logit_adjustments_error(adjust, model->config.vocab_size); !e.empty())
+    mk::cli::usage_error("{} (--logit-bias, --frequency-penalty, --presence-penalty)", e);
   const mk::ContextChoice chosen = mk::choose_context(context, model->config.max_position);
   if (!chosen.warning.empty()) fmt::print(stderr, "warning: {}\n", chosen.warning);
 
@@ -214,6 +237,9 @@ int run(int argc, char** argv) {
   req.input = input;
   req.max_new_tokens = n;
   req.sampling = sampling;
+  req.adjust = adjust;
+  std::vector<mk::TokenLogprobs> records;
+  if (logprobs >= 0) req.top_logprobs = logprobs, req.on_logprobs = [&](const mk::TokenLogprobs& r) { records.push_back(r); };
   // Text goes out as the tokens complete UTF-8 characters. In ids, "tokens:" goes out with the first token,
   // so that a generation that fails before it leaves no empty line.
   std::optional<mk::StreamingDecoder> decoder;
@@ -244,6 +270,12 @@ int run(int argc, char** argv) {
   }
   if (decoder) put_text(decoder->flush());
   if (printed && (!decoder || !ends_with_newline)) fmt::print("\n");
+  // "logprob: ID LOGPROB ID:LOGPROB ..." per token: the token, then its alternatives, most likely first.
+  for (const mk::TokenLogprobs& r : records) {
+    std::string line = fmt::format("logprob: {} {:.6f}", r.token, r.logprob);
+    for (int i = 0; i < r.top_count; ++i) line += fmt::format(" {}:{:.6f}", r.top_ids[i], r.top_logprobs[i]);
+    fmt::print("{}\n", line);
+  }
   std::fflush(stdout);
   const auto& s = result.stats;
   // The backend is named on its own line above: this one stays short.

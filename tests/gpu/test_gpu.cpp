@@ -476,11 +476,16 @@ TEST(Gpu, MultiTurnMatchesEmulator) {
   EXPECT_EQ(g.tokens, e.tokens);
 }
 
-TEST(Gpu, SeededSamplingIsReproducible) {
+// A tiny model without EOS whose small weights make flat distributions: sampling has choices.
+std::unique_ptr<Model> flat_tiny_model(float weight_scale, const std::string& tag) {
   TinyModelSpec spec;
   spec.eos = {};
-  spec.weight_scale = 0.02f;
-  auto model = load_tiny_model(spec, "gpu-sampling");
+  spec.weight_scale = weight_scale;
+  return load_tiny_model(spec, tag);
+}
+
+TEST(Gpu, SeededSamplingIsReproducible) {
+  auto model = flat_tiny_model(0.02f, "gpu-sampling");
   GpuOptions gopt;
   gopt.context = 128;
   auto gpu = create_gpu_backend(*model, gopt);
@@ -504,6 +509,82 @@ TEST(Gpu, SeededSamplingIsReproducible) {
     std::printf("sampling T=%.1f top_k=%d top_p=%.2f: GPU and emulator agree on the first %zu of 40 tokens\n", s.temperature,
                 s.top_k, s.top_p, same);
   }
+}
+
+// Logit adjustments and log-probabilities (runtime/sampling.h) on the GPU against the emulator running
+// its schedule: the same tokens and records while the two sequences agree (sampled ones may part where
+// the logits' rounding differs), greedy and sampled, with top_k above and below the alternatives asked
+// for; each last record against the GPU's own logits; a +100 bias decides every greedy token, and the
+// next request without adjustments is as if none had come before.
+TEST(Gpu, LogprobsBiasAndPenaltiesMatchTheEmulator) {
+  auto model = flat_tiny_model(0.05f, "gpu-logprobs");
+  GpuOptions gopt;
+  gopt.context = 128;
+  auto gpu = create_gpu_backend(*model, gopt);
+  auto emulator = emulator_of(*model, *gpu, 128);
+  struct Case {
+    const char* what;
+    SamplingParams sampling;
+    LogitAdjustments adjust;
+    int top;
+  };
+  const std::vector<Case> cases = {
+      {"greedy, top 20", {}, {}, 20},
+      {"sampled, top_k 0, top 5, bias and penalties", {0.9f, 0, 1.0f, 0.0f, 21}, {{{7, 2.0f}, {12, -100.0f}}, 0.8f, 0.6f}, 5},
+      {"sampled, top_k 8, top 20, penalties", {1.0f, 8, 1.0f, 0.0f, 22}, {{}, 1.5f, -0.5f}, 20},
+      {"greedy, top 0, penalties", {}, {{}, 2.0f, 2.0f}, 0},
+  };
+  for (const Case& c : cases) {
+    std::vector<TokenLogprobs> g_records, e_records;
+    const auto generate = [&](DecodeBackend& b, std::vector<TokenLogprobs>& records) {
+      b.reset();
+      GenerateRequest req;
+      req.input = {1, 5, 9, 33};
+      req.max_new_tokens = 32;
+      req.sampling = c.sampling;
+      req.adjust = c.adjust;
+      req.top_logprobs = c.top;
+      req.on_logprobs = [&](const TokenLogprobs& r) { records.push_back(r); };
+      return b.generate(req, {}).tokens;
+    };
+    const auto g = generate(*gpu, g_records), e = generate(*emulator, e_records);
+    ASSERT_EQ(g_records.size(), g.size()) << c.what;
+    ASSERT_EQ(e_records.size(), e.size()) << c.what;
+    size_t same = 0;
+    while (same < g.size() && same < e.size() && g[same] == e[same]) ++same;
+    EXPECT_GE(same, c.sampling.greedy() ? g.size() : size_t(4)) << c.what;
+    for (size_t i = 0; i < same; ++i) {
+      const TokenLogprobs &a = g_records[i], &b = e_records[i];
+      EXPECT_EQ(a.token, g[i]) << c.what << ", token " << i;
+      EXPECT_NEAR(a.logprob, b.logprob, 2e-3) << c.what << ", token " << i;
+      ASSERT_EQ(a.top_count, c.top);
+      for (int k = 0; k < a.top_count; ++k) {
+        EXPECT_NEAR(a.top_logprobs[k], b.top_logprobs[k], 2e-3) << c.what << ", token " << i << ", alternative " << k;
+        // The ids where no neighbour is within rounding (near-ties may swap places).
+        const bool apart_below = k + 1 == a.top_count || a.top_logprobs[k] - a.top_logprobs[k + 1] > 1e-2;
+        const bool apart_above = k == 0 || a.top_logprobs[k - 1] - a.top_logprobs[k] > 1e-2;
+        if (apart_below && apart_above) {
+          EXPECT_EQ(a.top_ids[k], b.top_ids[k]) << c.what << ", token " << i << ", alternative " << k;
+        }
+      }
+    }
+    // The last record against the GPU's own last logits (its log-softmax, computed here in double).
+    const std::vector<float> last = gpu->last_logits();
+    const TokenLogprobs expected = token_logprobs(last.data(), int(last.size()), g.back(), c.top);
+    EXPECT_NEAR(g_records.back().logprob, expected.logprob, 1e-4) << c.what;
+    for (int k = 0; k < c.top; ++k) EXPECT_NEAR(g_records.back().top_logprobs[k], expected.top_logprobs[k], 1e-4) << c.what;
+    std::printf("%s: GPU and emulator agree on %zu of %zu tokens and their records\n", c.what, same, g.size());
+  }
+  // A bias of +100 decides every greedy token; the request after it, without one, is a plain greedy one.
+  GenerateRequest forced;
+  forced.input = {1, 5, 9, 33};
+  forced.max_new_tokens = 8;
+  forced.adjust.bias = {{42, 100.0f}};
+  gpu->reset();
+  EXPECT_EQ(gpu->generate(forced, {}).tokens, std::vector<int32_t>(8, 42));
+  gpu->reset();
+  emulator->reset();
+  EXPECT_EQ(run(*gpu, {1, 5, 9, 33}, 16).tokens, run(*emulator, {1, 5, 9, 33}, 16).tokens);
 }
 
 TEST(Gpu, StopsCancelsAndRejectsCleanly) {

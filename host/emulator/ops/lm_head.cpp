@@ -1,4 +1,6 @@
-// The CPU twin of the lm_head op (device/ops/lm_head.h): logits[rows] = W_lm * RMSNorm(x) and the block's (max, argmax); nothing on prompt steps.
+// The CPU twin of the lm_head op (device/ops/lm_head.h): logits[rows] = W_lm * RMSNorm(x) (+ the logit
+// adjustments) and the block's (max, argmax), with log-probabilities asked for its partials for them;
+// nothing on prompt steps.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -10,9 +12,25 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   float* out = s.write(c, s.logits, in.begin, in.end);
   float best = -std::numeric_limits<float>::infinity();
   int32_t best_index = int32_t(in.begin);
+  const float* adjust = s.run.adjust_logits ? s.read(c, s.logit_adjust, in.begin, in.end) : nullptr;
   for (uint32_t r = in.begin; r < in.end; ++r) {
     out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
+    if (adjust) out[r - in.begin] += adjust[r - in.begin];
     if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
+  }
+  if (s.run.on_logprobs) {  // the block's partials for the log-probabilities (device/top_tokens.h)
+    const size_t rows = in.end - in.begin;
+    const float mx = *std::max_element(out, out + rows);
+    double sum = 0;
+    for (size_t i = 0; i < rows; ++i) sum += std::exp(double(out[i]) - double(mx));
+    float* lse = s.write(c, s.lm_logsumexp, 2 * size_t(in.slot), 2 * size_t(in.slot) + 2);
+    lse[0] = mx, lse[1] = float(sum);
+    std::vector<TokenComposite> tokens(rows);
+    for (size_t i = 0; i < rows; ++i) tokens[i] = token_composite(out[i], int32_t(in.begin + i));
+    const size_t top = std::min(size_t(s.run.top_logprobs), rows);
+    std::partial_sort(tokens.begin(), tokens.begin() + std::ptrdiff_t(top), tokens.end(), std::greater<>());
+    TokenComposite* list = s.write(c, s.lm_top, size_t(in.slot) * kMaxTopLogprobs, size_t(in.slot + 1) * kMaxTopLogprobs);
+    for (size_t i = 0; i < size_t(kMaxTopLogprobs); ++i) list[i] = i < top ? tokens[i] : 0ull;
   }
   *s.write(c, s.lm_best_value, in.slot, in.slot + 1) = best;
   *s.write(c, s.lm_best_index, in.slot, in.slot + 1) = best_index;

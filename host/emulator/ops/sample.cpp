@@ -1,8 +1,34 @@
 // The CPU twin of the sample op (device/ops/sample.h): the next token (greedy: the blocks' argmax; else
-// runtime/sampling.h's rule), its callback, and the stop checks; non-finite logits stop the launch.
+// runtime/sampling.h's rule), its log-probabilities, its penalty, its callback, and the stop checks;
+// non-finite logits stop the launch.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
+
+namespace {
+
+// The sampled token's record from the LM head blocks' partials, merged as the kernel merges them.
+TokenLogprobs merged_logprobs(EmulatorState& s, const OpCtx& c, const float* logits, int32_t token) {
+  const size_t slots = s.lm_best_value.data.size();
+  const float* lse = s.read(c, s.lm_logsumexp, 0, 2 * slots);
+  const TokenComposite* lists = s.read(c, s.lm_top, 0, slots * kMaxTopLogprobs);
+  float mx = -std::numeric_limits<float>::infinity();
+  for (size_t b = 0; b < slots; ++b) mx = std::max(mx, lse[2 * b]);
+  double sum = 0;
+  for (size_t b = 0; b < slots; ++b) sum += double(lse[2 * b + 1]) * std::exp(double(lse[2 * b]) - double(mx));
+  const float log_sum = mx + float(std::log(sum));
+  std::vector<TokenComposite> all(lists, lists + slots * kMaxTopLogprobs);
+  const int top = s.run.top_logprobs;
+  std::partial_sort(all.begin(), all.begin() + top, all.end(), std::greater<>());
+  TokenLogprobs r;
+  r.token = token;
+  r.logprob = logits[token] - log_sum;
+  r.top_count = top;
+  for (int i = 0; i < top; ++i) r.top_ids[i] = composite_id(all[size_t(i)]), r.top_logprobs[i] = composite_logit(all[size_t(i)]) - log_sum;
+  return r;
+}
+
+}  // namespace
 
 void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   StopReason stop = StopReason::None;
@@ -26,6 +52,12 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
       r.stats.first_token_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.run.t0).count();
     r.tokens.push_back(token);
     if (step + 1 < s.tokens.data.size()) *s.write(c, s.tokens, step + 1, step + 2) = token;
+    if (s.run.on_logprobs) (*s.run.on_logprobs)(merged_logprobs(s, c, l, token));
+    if (s.run.adjust_logits) {  // the token's penalty, for the next steps' LM head
+      uint32_t* count = s.write(c, s.token_counts, size_t(token), size_t(token) + 1);
+      *s.write(c, s.logit_adjust, size_t(token), size_t(token) + 1) +=
+          penalty_after_sample((*count)++, s.run.adjust.frequency_penalty, s.run.adjust.presence_penalty);
+    }
     if (*s.run.on_token) (*s.run.on_token)(token);
     const bool eos = std::find(s.cfg.eos_token_ids.begin(), s.cfg.eos_token_ids.end(), token) != s.cfg.eos_token_ids.end();
     if (eos) stop = StopReason::Eos;
