@@ -257,6 +257,12 @@ int run(int argc, char** argv) {
       ->check(mk::cli::int_range(0, 100000));
   app.add_option("--trace-csv", trace_csv, "with --trace: write every instruction's timestamps to this CSV file");
   app.add_flag("--json", json, "print JSON instead of the table");
+  mk::SamplingParams sampling;  // greedy unless asked
+  sampling.seed = 1;
+  app.add_option("--temp", sampling.temperature, "the timed tokens' temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", sampling.top_k, "the timed tokens' top-k (0: off)")->capture_default_str();
+  app.add_option("--top-p", sampling.top_p, "the timed tokens' top-p")->capture_default_str();
+  app.add_option("--min-p", sampling.min_p, "the timed tokens' min-p")->capture_default_str();
   int logprobs = -1;
   app.add_option("--logprobs", logprobs, "the timed tokens' log-probabilities with N alternatives each (0..20; -1: none)")
       ->capture_default_str()
@@ -290,6 +296,7 @@ int run(int argc, char** argv) {
   double watchdog = mk::GpuOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
+  mk::cli::check_sampling_flags(sampling);
   if (trace_step >= 0) {
     profile = true;
     if (trace_step >= tokens) mk::fail("--trace {}: each launch runs {} steps (-n), so at most step {}", trace_step, tokens, tokens - 1);
@@ -367,7 +374,7 @@ int run(int argc, char** argv) {
       mk::GenerateRequest req;
       req.input = {1};
       req.max_new_tokens = tokens;
-      req.sampling.temperature = 0;
+      req.sampling = sampling;
       req.adjust.frequency_penalty = frequency_penalty;
       req.adjust.presence_penalty = presence_penalty;
       if (logprobs >= 0) req.top_logprobs = logprobs, req.on_logprobs = [](const mk::TokenLogprobs&) {};
@@ -451,6 +458,7 @@ int run(int argc, char** argv) {
     j["matrix_format"] = std::string(mk::matrix_format_name(layout.format));
     j["head_format"] = std::string(mk::matrix_format_name(layout.head_format));
     j["tokens_per_repetition"] = tokens;
+    j["sampling"] = {{"temperature", sampling.temperature}, {"top_k", sampling.top_k}, {"top_p", sampling.top_p}, {"min_p", sampling.min_p}};
     j["logprobs"] = logprobs;
     j["penalties"] = {{"frequency", frequency_penalty}, {"presence", presence_penalty}};
     j["engine"] = gpu->name();
