@@ -80,7 +80,7 @@ TEST(ServerRequest, ReadsLogprobsBiasAndPenalties) {
   EXPECT_THAT(chat.adjust.bias, ::testing::UnorderedElementsAre(std::pair<int32_t, float>{5, -100.f}, std::pair<int32_t, float>{17, 2.5f}));
   EXPECT_FLOAT_EQ(chat.adjust.frequency_penalty, 0.5f);
   EXPECT_FLOAT_EQ(chat.adjust.presence_penalty, -2.f);
-  const auto plain = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": null})");
+  const auto plain = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": false, "top_logprobs": 0})");
   EXPECT_FALSE(plain.logprobs);
   EXPECT_FALSE(plain.adjust.active());
   // Completions: "logprobs": N asks for N alternatives; 0 for the sampled token's alone.

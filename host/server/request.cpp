@@ -236,8 +236,8 @@ void parse_logprobs(Endpoint endpoint, const json& body, CompletionRequest& out)
   if (endpoint == Endpoint::Chat) {
     out.logprobs = get_bool(body, "logprobs").value_or(false);
     if (const auto t = get_integer(body, "top_logprobs")) {
-      if (!out.logprobs) throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
       out.top_logprobs = top("top_logprobs", *t);
+      if (!out.logprobs && out.top_logprobs > 0) throw invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
     }
   } else if (const json* lp = field(body, "logprobs")) {
     if (lp->is_boolean()) wrong_type("logprobs", ("a number of alternatives, " + range).c_str(), *lp);
