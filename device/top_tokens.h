@@ -23,8 +23,8 @@ __device__ __forceinline__ TokenComposite warp_max(TokenComposite v) {
   return v;
 }
 
-// `rounds` times: each lane's largest of its `n` composites below `*prev` (a loop, so that the array stays
-// in registers where the bounds are constant), then the warp's; the warp's results in order.
+// The largest of a lane's composites below `prev` (0: none); unrolled, so that the array stays in
+// registers.
 template <int N>
 __device__ __forceinline__ TokenComposite lane_best_below(const TokenComposite (&c)[N], TokenComposite prev) {
   TokenComposite best = 0;

@@ -8,6 +8,14 @@
 #include "runtime/error.h"
 
 namespace mk {
+namespace {
+
+// Token ids ordered by their logits, descending, ties to the lower id (runtime/sampling.h's order).
+auto by_logit(const float* logits) {
+  return [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+}
+
+}  // namespace
 
 std::string sampling_error(const SamplingParams& p, const SamplingNames& n) {
   // Written as !(valid) so that NaN, which fails every comparison, is rejected too.
@@ -33,8 +41,7 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingParams& par
   const int k = params.candidate_count(vocab);
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
-  auto before = [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), before);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_logit(logits.data()));
   std::vector<float> values(static_cast<size_t>(k)), scratch(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) values[size_t(i)] = logits[size_t(ids[size_t(i)])];
   const int chosen = choose_candidate(values.data(), k, params, uniform01(params.seed, step), scratch.data());
@@ -74,9 +81,7 @@ TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int 
   r.top_count = std::min(std::max(top, 0), std::min(kMaxTopLogprobs, vocab));
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
-  std::partial_sort(ids.begin(), ids.begin() + r.top_count, ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + r.top_count, ids.end(), by_logit(logits));
   for (int i = 0; i < r.top_count; ++i) r.top_ids[i] = ids[size_t(i)], r.top_logprobs[i] = logits[ids[size_t(i)]] - lse;
   return r;
 }

@@ -152,9 +152,8 @@ MK_HD_INLINE uint32_t logit_key(float f) {
   std::memcpy(&u, &f, sizeof(u));
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-MK_HD_INLINE TokenComposite token_composite(float logit, int32_t id) {
-  return TokenComposite(logit_key(logit)) << 32 | (0xffffffffu - uint32_t(id));
-}
+MK_HD_INLINE TokenComposite key_composite(uint32_t key, int32_t id) { return TokenComposite(key) << 32 | (0xffffffffu - uint32_t(id)); }
+MK_HD_INLINE TokenComposite token_composite(float logit, int32_t id) { return key_composite(logit_key(logit), id); }
 MK_HD_INLINE int32_t composite_id(TokenComposite c) { return int32_t(0xffffffffu - uint32_t(c & 0xffffffffull)); }
 MK_HD_INLINE float composite_logit(TokenComposite c) {
   const uint32_t k = uint32_t(c >> 32), u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
@@ -171,8 +170,9 @@ struct TokenLogprobs {
   float top_logprobs[kMaxTopLogprobs] = {};
 };
 
-// The record of `token` and the `top` (<= kMaxTopLogprobs) most likely tokens of `logits` (the CPU form
-// of the kernel's computation: log-sum-exp in double).
+// The record of `token` and the `top` (<= kMaxTopLogprobs) most likely tokens of `logits`, computed
+// directly over the whole vector (log-sum-exp in double): the definition that the kernel's per-block
+// computation is checked against.
 TokenLogprobs token_logprobs(const float* logits, int vocab, int32_t token, int top);
 
 }  // namespace mk

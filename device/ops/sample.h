@@ -69,16 +69,14 @@ struct SampleOp : OpDefaults {
   }
 
   // The shared-memory candidates of select_candidates: composites of (key, ~id), sorted descending.
-  __device__ static unsigned long long* candidates(float* smem) {
-    return reinterpret_cast<unsigned long long*>(reinterpret_cast<uint32_t*>(smem) + kSampleBins);
-  }
+  __device__ static TokenComposite* candidates(float* smem) { return reinterpret_cast<TokenComposite*>(reinterpret_cast<uint32_t*>(smem) + kSampleBins); }
 
   // The K largest of the `vocab` logits (K <= kMaxCandidates), in candidates(smem)[0, K): logit
   // descending, ties by id. Not inlined (nor are the log-probabilities' functions below): inlined into
   // the kernel, their code made the fp8 long-context kernels spill.
   __device__ __noinline__ static void select_candidates(const float* logits, const int vocab, float* smem, const int K) {
     uint32_t* hist = reinterpret_cast<uint32_t*>(smem);                           // kSampleBins
-    unsigned long long* cand = reinterpret_cast<unsigned long long*>(hist + kSampleBins);  // kMaxCandidates
+    TokenComposite* cand = candidates(smem);                                      // kMaxCandidates
     float* values = reinterpret_cast<float*>(cand + kMaxCandidates);            // kMaxCandidates
     float* probs = values + kMaxCandidates;                                     // kMaxCandidates
     int* scratch = reinterpret_cast<int*>(probs + kMaxCandidates);              // kWarps + 4
@@ -125,7 +123,7 @@ struct SampleOp : OpDefaults {
       const int at_gt = block_prefix_count(gt, &total_gt, scratch);
       const int at_eq = block_prefix_count(eq, &total_eq, scratch);
       // Sort key: logit descending, then id ascending.
-      const unsigned long long composite = (unsigned long long)key << 32 | (0xffffffffu - uint32_t(i));
+      const TokenComposite composite = key_composite(key, i);
       if (gt) cand[n_greater + at_gt] = composite;
       if (eq && n_equal + at_eq < remaining) cand[greater + n_equal + at_eq] = composite;
       n_greater += total_gt;
@@ -143,7 +141,7 @@ struct SampleOp : OpDefaults {
           const int j = i ^ stride;
           if (j > i) {
             const bool descending = (i & size) == 0;
-            const unsigned long long a = cand[i], b = cand[j];
+            const TokenComposite a = cand[i], b = cand[j];
             if ((a < b) == descending) cand[i] = b, cand[j] = a;
           }
         }
@@ -158,7 +156,7 @@ struct SampleOp : OpDefaults {
     const int K = sp.candidate_count(m.p.dims.vocab);
     select_candidates(m.p.logits, m.p.dims.vocab, m.smem, K);
     // The shared rule over the ordered candidates.
-    unsigned long long* cand = candidates(m.smem);
+    TokenComposite* cand = candidates(m.smem);
     float* values = reinterpret_cast<float*>(cand + kMaxCandidates);
     float* probs = values + kMaxCandidates;
     __shared__ int32_t chosen;

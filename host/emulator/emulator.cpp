@@ -250,8 +250,7 @@ struct Emulator::Impl : emu::EmulatorState {
     run.max_new = req.max_new_tokens;
     run.sampling = req.sampling;
     run.adjust = req.adjust;
-    run.adjust_logits = req.adjust.active();
-    if (run.adjust_logits) {  // as the GPU backend uploads them
+    if (run.adjust.active()) {  // as the GPU backend uploads them
       logit_adjust.data = initial_logit_adjustment(req.adjust, cfg.vocab_size);
       std::fill(token_counts.data.begin(), token_counts.data.end(), 0u);
     }

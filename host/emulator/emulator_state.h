@@ -78,8 +78,7 @@ struct EmulatorState {
     int ingest = 0;  // tokens to run before the first sample
     int max_new = 0;
     SamplingParams sampling;
-    LogitAdjustments adjust;
-    bool adjust_logits = false;                 // the LM head adds logit_adjust, the sample op the penalties
+    LogitAdjustments adjust;                    // active(): the LM head adds logit_adjust, the sample op the penalties
     const LogprobCallback* on_logprobs = nullptr;
     int top_logprobs = 0;
     const TokenCallback* on_token = nullptr;

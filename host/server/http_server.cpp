@@ -254,8 +254,8 @@ struct HttpServer::Impl {
     job->stop = r.stop;
     job->logprobs = r.logprobs;
     job->params.top_logprobs = r.top_logprobs;
-    if (std::string e = logit_adjustments_error(r.adjust, engine.vocab_size()); !e.empty())
-      throw invalid_request(e, e.rfind("logit_bias", 0) == 0 ? "logit_bias" : e.substr(0, e.find(' ')));
+    // The parser checked every value; what it could not check is the token ids against the vocabulary.
+    if (std::string e = logit_adjustments_error(r.adjust, engine.vocab_size()); !e.empty()) throw invalid_request(e, "logit_bias");
     job->params.adjust = r.adjust;
     return job;
   }

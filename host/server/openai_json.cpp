@@ -16,11 +16,11 @@ json envelope(const ResponseIds& ids, bool chunk) {
           {"system_fingerprint", nullptr}};
 }
 
-json choice(const ResponseIds& ids, json content, json finish_reason) {
+json choice(const ResponseIds& ids, json content, json finish_reason, json logprobs = nullptr) {
   json c = {{"index", 0}};
   if (ids.endpoint == Endpoint::Chat) c["delta"] = std::move(content);
   else c["text"] = std::move(content);
-  c["logprobs"] = nullptr;
+  c["logprobs"] = std::move(logprobs);
   c["finish_reason"] = std::move(finish_reason);
   return c;
 }
@@ -83,8 +83,7 @@ json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool 
   } else {
     content = text;
   }
-  j["choices"] = json::array({choice(ids, std::move(content), nullptr)});
-  j["choices"][0]["logprobs"] = std::move(logprobs);
+  j["choices"] = json::array({choice(ids, std::move(content), nullptr, std::move(logprobs))});
   if (with_usage_null) j["usage"] = nullptr;
   return j;
 }

@@ -167,9 +167,6 @@ void Scheduler::generate(Job& job) {
       entry.top.clear();
       for (int i = 0; i < r.top_count; ++i) entry.top.emplace_back(tokenizer_.token_bytes(r.top_ids[i]), r.top_logprobs[i]);
     };
-  } else {
-    params.on_logprobs = nullptr;
-    params.top_logprobs = 0;
   }
   const auto on_token = [&](int32_t token) {
     if (!have_first) {

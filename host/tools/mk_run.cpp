@@ -5,9 +5,9 @@
 //   text:  -p TEXT (encoded as Hugging Face's tokenizer(TEXT) does: the BOS added); the continuation is
 //          printed as text on stdout and the summary line goes to stderr, so stdout is exactly the text.
 //   ids:   -t 1,2,3 takes the prompt as token ids; --ids prints "tokens: ..." and the summary on stdout.
-//   --logprobs N: after the reply, a line "logprob: ID LOGPROB ID:LOGPROB ..." per token on stdout.
 //          A model without a tokenizer.json (a --preset, the built-in model) works in ids only; with -t and
 //          --ids the tokenizer is not loaded at all.
+//   --logprobs N: after the reply, a line "logprob: ID LOGPROB ID:LOGPROB ..." per token on stdout.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -12,7 +12,7 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   float* out = s.write(c, s.logits, in.begin, in.end);
   float best = -std::numeric_limits<float>::infinity();
   int32_t best_index = int32_t(in.begin);
-  const float* adjust = s.run.adjust_logits ? s.read(c, s.logit_adjust, in.begin, in.end) : nullptr;
+  const float* adjust = s.run.adjust.active() ? s.read(c, s.logit_adjust, in.begin, in.end) : nullptr;
   for (uint32_t r = in.begin; r < in.end; ++r) {
     out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
     if (adjust) out[r - in.begin] += adjust[r - in.begin];

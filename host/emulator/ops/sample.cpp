@@ -53,7 +53,7 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
     r.tokens.push_back(token);
     if (step + 1 < s.tokens.data.size()) *s.write(c, s.tokens, step + 1, step + 2) = token;
     if (s.run.on_logprobs) (*s.run.on_logprobs)(merged_logprobs(s, c, l, token));
-    if (s.run.adjust_logits) {  // the token's penalty, for the next steps' LM head
+    if (s.run.adjust.active()) {  // the token's penalty, for the next steps' LM head
       uint32_t* count = s.write(c, s.token_counts, size_t(token), size_t(token) + 1);
       *s.write(c, s.logit_adjust, size_t(token), size_t(token) + 1) +=
           penalty_after_sample((*count)++, s.run.adjust.frequency_penalty, s.run.adjust.presence_penalty);
