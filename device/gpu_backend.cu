@@ -277,9 +277,13 @@ class MonokernelBackend final : public GpuBackend {
     return result;
   }
 
-  // The request's logit adjustments and log-probabilities (runtime/sampling.h) into the launch: the
-  // adjustments' starting values uploaded, the host-mapped records sized for every token it can produce.
+  // The request's sampling state, logit adjustments and log-probabilities (runtime/sampling.h) into the
+  // launch: the first digit's counts cleared, the adjustments' starting values uploaded, the host-mapped
+  // records sized for every token it can produce.
   void set_logit_requests(const GenerateRequest& req, dev::KernelParams& p) {
+    // Each sampled step's LM head adds into the counts and its sample op clears them; a launch that
+    // stopped between the two (max_new_tokens 0, a cancel, non-finite logits) leaves them counted.
+    if (!req.sampling.greedy()) MK_GPU_CHECK(hipMemset(state_.lm_key_counts.ptr, 0, state_.lm_key_counts.bytes));
     if (req.adjust.active()) {
       const std::vector<float> adjust = initial_logit_adjustment(req.adjust, cfg_.vocab_size);
       MK_GPU_CHECK(hipMemcpy(state_.logit_adjust.ptr, adjust.data(), adjust.size() * sizeof(float), hipMemcpyHostToDevice));

@@ -13,7 +13,6 @@ namespace mk::dev {
 
 inline constexpr int kThreads = 512;       // one workgroup (CTA) per SM/CU
 inline constexpr int kMaxEosIds = 8;
-inline constexpr int kSampleBins = 2048;  // radix-select histogram (11 bits a pass)
 inline constexpr int kMaxStreamSlots = 16;  // shared-memory slots of the weight stream (device/weight_stream.h)
 // Profile counters per workgroup and Op (nanoseconds, summed over steps): the whole instruction after its
 // inputs were ready, the wait for them, the prologue part of the first (activations into shared memory),

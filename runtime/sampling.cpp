@@ -42,9 +42,9 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingParams& par
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_logit(logits.data()));
-  std::vector<float> values(static_cast<size_t>(k)), scratch(static_cast<size_t>(k));
+  std::vector<float> values(static_cast<size_t>(k)), probs(static_cast<size_t>(k)), running(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) values[size_t(i)] = logits[size_t(ids[size_t(i)])];
-  const int chosen = choose_candidate(values.data(), k, params, uniform01(params.seed, step), scratch.data());
+  const int chosen = choose_candidate(values.data(), k, params, uniform01(params.seed, step), probs.data(), running.data());
   return ids[size_t(chosen)];
 }
 

@@ -9,6 +9,8 @@
 //  5. min-p (min_p > 0): keep those with p_i >= min_p * p_0.
 //  6. draw u = uniform(seed, step) in [0, 1); return the first candidate whose running sum of the kept
 //     probabilities exceeds u * (their total).
+// The running sums are added in a fixed order (chunked_running_sums below), so that the GPU, which adds
+// them in parallel, chooses exactly what the CPU chooses.
 // The cap of kMaxCandidates tokens is a documented approximation of top-p/min-p without top-k: the
 // tokens beyond the 1024 most likely ones are never drawn.
 #pragma once
@@ -25,6 +27,9 @@
 namespace mk {
 
 inline constexpr int kMaxCandidates = 1024;
+// The candidates are found by a radix select whose widest digit has 11 bits (device/select_top.h); the
+// LM head counts the first digit's values (KernelParams::lm_key_counts).
+inline constexpr int kSampleBins = 2048;
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0: greedy
@@ -70,41 +75,58 @@ MK_HD_INLINE float uniform01(uint64_t seed, uint64_t counter) {
   return float(bits >> 40) * (1.0f / 16777216.0f);
 }
 
-// Applies steps 3-6 to candidates already ordered as in step 2 (`logits` holds their logit values) and
-// returns the index of the chosen candidate. Shared verbatim by the emulator and the GPU sampler.
-// `probs` is scratch space of `n` floats.
-MK_HD_INLINE int choose_candidate(const float* logits, int n, const SamplingParams& p, float u, float* probs) {
-  const float inv_t = 1.0f / p.temperature;
-  float total = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    probs[i] = expf((logits[i] - logits[0]) * inv_t);
-    total += probs[i];
+// The running sums of the candidates' probabilities that steps 4 and 6 use, in chunks of kSumChunk:
+// left to right within a chunk, each chunk's start the sum of the chunks before it (left to right too),
+// running[i] = start + within. The GPU sums a chunk a lane; this order makes its sums the CPU's floats.
+inline constexpr int kSumChunk = 32;
+static_assert(kMaxCandidates <= kSumChunk * kSumChunk, "a lane a chunk, one warp");
+MK_HD_INLINE void chunked_running_sums(const float* probs, int n, float* running) {
+  float start = 0.0f;
+  for (int c = 0; c < n; c += kSumChunk) {
+    float within = 0.0f;
+    for (int i = c; i < n && i < c + kSumChunk; ++i) {
+      within += probs[i];
+      running[i] = start + within;
+    }
+    start += within;
   }
+}
+
+// The probability weight of step 3 (relative to the top candidate's): exp((logit - top) / temperature).
+MK_HD_INLINE float candidate_weight(float logit, float top_logit, float inv_temperature) {
+  return expf((logit - top_logit) * inv_temperature);
+}
+
+// Steps 4-6 over the candidates' weights `probs` and their running sums: the index of the chosen one.
+// Each step is "the first index where ...", which the GPU answers a chunk a lane.
+MK_HD_INLINE int choose_from_running(const float* probs, const float* running, int n, const SamplingParams& p, float u) {
   int kept = n;
   if (p.top_p < 1.0f) {
-    float running = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      running += probs[i];
-      if (running >= p.top_p * total) {
+    const float enough = p.top_p * running[n - 1];
+    for (int i = 0; i < n; ++i)
+      if (running[i] >= enough) {
         kept = i + 1;
         break;
       }
-    }
   }
   if (p.min_p > 0.0f) {
     int m = 1;
     while (m < kept && probs[m] >= p.min_p * probs[0]) ++m;
     kept = m;
   }
-  float kept_total = 0.0f;
-  for (int i = 0; i < kept; ++i) kept_total += probs[i];
-  const float target = u * kept_total;
-  float running = 0.0f;
-  for (int i = 0; i < kept; ++i) {
-    running += probs[i];
-    if (running > target) return i;
-  }
+  const float target = u * running[kept - 1];
+  for (int i = 0; i < kept; ++i)
+    if (running[i] > target) return i;
   return kept - 1;
+}
+
+// Applies steps 3-6 to candidates already ordered as in step 2 (`logits` holds their logit values) and
+// returns the index of the chosen candidate. `probs` and `running` are scratch space of `n` floats each.
+inline int choose_candidate(const float* logits, int n, const SamplingParams& p, float u, float* probs, float* running) {
+  const float inv_t = 1.0f / p.temperature;
+  for (int i = 0; i < n; ++i) probs[i] = candidate_weight(logits[i], logits[0], inv_t);
+  chunked_running_sums(probs, n, running);
+  return choose_from_running(probs, running, n, p, u);
 }
 
 // CPU implementation of the whole rule over a full logits vector (used by the emulator).

@@ -548,6 +548,33 @@ TEST(DependencyChecker, AnAddWithAcquireOrdersTheLastArriverAfterEveryAdder) {
   }
 }
 
+// Atomic adds into one sum (the LM head blocks' first-digit counts): unordered adds are fine together, a
+// read must follow every add, and the next adds must follow the write that cleared the sum.
+TEST(DependencyChecker, AddsMayRaceEachOtherButNotTheirReaderOrTheClear) {
+  auto describe = [](const emu::InstrRef& r) { return fmt::format("instruction {}", r.index); };
+  for (const bool reader_waits : {true, false}) {
+    emu::DependencyChecker checker(3, 1, describe);
+    const int buffer = checker.add_buffer("counts", 4);
+    for (int wg = 0; wg < 2; ++wg) {
+      checker.accumulate(wg, emu::InstrRef{0, uint32_t(wg), uint32_t(wg)}, buffer, 0, 4);
+      checker.release(wg, 0);
+    }
+    EXPECT_NO_THROW(checker.throw_if_violations());
+    if (reader_waits) checker.acquire(2, 0, 2);
+    else checker.acquire(2, 0, 1);  // one adder short
+    checker.read(2, emu::InstrRef{0, 2, 2}, buffer, 0, 4);
+    checker.write(2, emu::InstrRef{0, 2, 2}, buffer, 0, 4);
+    if (reader_waits) EXPECT_NO_THROW(checker.throw_if_violations());
+    else EXPECT_THAT(test::error_of([&] { checker.throw_if_violations(); }), HasSubstr("counts"));
+  }
+  // The next step's add, not ordered after the clear.
+  emu::DependencyChecker checker(2, 1, describe);
+  const int buffer = checker.add_buffer("counts", 1);
+  checker.write(1, emu::InstrRef{0, 1, 1}, buffer, 0, 1);
+  checker.accumulate(0, emu::InstrRef{1, 0, 0}, buffer, 0, 1);
+  EXPECT_THAT(test::error_of([&] { checker.throw_if_violations(); }), HasSubstr("counts"));
+}
+
 TEST(DependencyChecker, CatchesAnAttentionThatWaitsForTooFewQkvBlocks) {
   TinyModelSpec spec;
   auto model = load_tiny_model(spec, "dep-qkv");
@@ -1248,6 +1275,48 @@ TEST(Sampling, OneRuleWithMessagesNamingTheValue) {
   EXPECT_EQ(error({0.f, 0, 1.f, 5.f, 0}, kSamplingFlags), "--min-p 5: min-p must be between 0 and 1 (0: off)");
   EXPECT_EQ(error({0.f, 0, 1.f, -0.1f, 0}), "min_p -0.1: min-p must be between 0 and 1 (0: off)");
   EXPECT_THROW(validate_sampling({0.f, 0, 1.f, 5.f, 0}), Error);
+}
+
+// runtime/sampling.h's rule, against what it means: draws follow softmax(logits / T) over the kept
+// candidates; top-k, top-p and min-p keep what they say; the chunked running sums are prefix sums.
+TEST(Sampling, TheRuleDrawsFromTheKeptPartOfTheSoftmax) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05 at T 1, the tokens in a shuffled order of ids.
+  const std::vector<int32_t> ids = {7, 2, 5, 0};
+  std::vector<float> logits(9, -30.0f);
+  const double p[4] = {0.5, 0.3, 0.15, 0.05};
+  for (int i = 0; i < 4; ++i) logits[size_t(ids[size_t(i)])] = float(std::log(p[i]));
+  const auto frequencies = [&](SamplingParams s) {
+    std::vector<double> f(logits.size(), 0.0);
+    const int draws = 40000;
+    for (int d = 0; d < draws; ++d) f[size_t(sample_token(logits, s, uint64_t(d)))] += 1.0 / draws;
+    return f;
+  };
+  const auto expect_kept = [&](SamplingParams s, std::vector<double> kept_p, const char* what) {
+    double total = 0;
+    for (double x : kept_p) total += x;
+    const auto f = frequencies(s);
+    for (size_t i = 0; i < 4; ++i) {
+      const double want = i < kept_p.size() ? kept_p[i] / total : 0.0;
+      EXPECT_NEAR(f[size_t(ids[i])], want, 0.01) << what << ", candidate " << i;
+    }
+  };
+  expect_kept({1.0f, 0, 1.0f, 0.0f, 3}, {0.5, 0.3, 0.15, 0.05}, "T 1");
+  expect_kept({1.0f, 2, 1.0f, 0.0f, 3}, {0.5, 0.3}, "top-k 2");
+  expect_kept({1.0f, 0, 0.7f, 0.0f, 3}, {0.5, 0.3}, "top-p 0.7");  // 0.5 < 0.7 <= 0.8
+  expect_kept({1.0f, 0, 0.9f, 0.0f, 3}, {0.5, 0.3, 0.15}, "top-p 0.9");
+  expect_kept({1.0f, 0, 1.0f, 0.2f, 3}, {0.5, 0.3, 0.15}, "min-p 0.2");  // 0.05 < 0.2 x 0.5 <= 0.15
+  // T 0.5 squares the odds: 0.25, 0.09, 0.0225, 0.0025.
+  expect_kept({0.5f, 0, 1.0f, 0.0f, 3}, {0.25, 0.09, 0.0225, 0.0025}, "T 0.5");
+
+  // The running sums across chunk boundaries against a double-precision prefix sum.
+  std::vector<float> w(1000), running(1000);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::exp(-0.01f * float(i)) * (1.0f + 0.5f * float(i % 7));
+  chunked_running_sums(w.data(), int(w.size()), running.data());
+  double prefix = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    prefix += double(w[i]);
+    ASSERT_NEAR(running[i], prefix, 1e-5 * prefix) << i;
+  }
 }
 
 }  // namespace

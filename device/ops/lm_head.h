@@ -1,12 +1,14 @@
 // LM head row blocks: logits = W_lm * RMSNorm(x) (+ the request's logit adjustments), and each block's
 // (max, argmax) in its slot for greedy sampling (with log-probabilities asked for, also its partials for
 // them); a block any of whose logits is NaN or infinite puts (+inf, kNonFiniteSlot) there, which wins the
-// sample's merge of the slots and stops it. Skipped on prompt steps, whose logits nobody reads.
+// sample's merge of the slots and stops it. When sampling, the block also counts its logits' first digit
+// for the sample's select. Skipped on prompt steps, whose logits nobody reads.
 #pragma once
 
 #include "device/ops/op_spec.h"
 #if MK_DEVICE_CODE
 #include "device/gemv.h"
+#include "device/select_top.h"
 #include "device/top_tokens.h"
 #endif
 
@@ -24,10 +26,12 @@ struct LMHeadOp : OpDefaults {
   // Not on prompt steps: nobody reads their logits.
   static constexpr bool kEveryStep = false;
   MK_HD_INLINE static bool active(int step, int ingest) { return step + 1 >= ingest; }
-  // The products' activations; then logprob_partials' scratch (a warp of at least 32 lanes).
+  // The products' activations; then logprob_partials' scratch (a warp of at least 32 lanes) or the
+  // first digit's histogram.
   static size_t smem_floats(const ModelDims& d, const Instr&) {
-    const size_t partials = size_t(kThreads / 32) * kMaxTopLogprobs * 2;
-    return norm_gemv_floats(d) > partials ? norm_gemv_floats(d) : partials;
+    size_t floats = norm_gemv_floats(d);
+    if (floats < size_t(kThreads / 32) * kMaxTopLogprobs * 2) floats = size_t(kThreads / 32) * kMaxTopLogprobs * 2;
+    return floats > size_t(kSampleBins) ? floats : size_t(kSampleBins);
   }
 #if MK_DEVICE_CODE
   struct Best {
@@ -48,11 +52,18 @@ struct LMHeadOp : OpDefaults {
     return b;
   }
 
-  // With log-probabilities asked for: the block's (max, sum of exp) of its logits and its `top` most likely
-  // tokens, for the sample op to merge (device/top_tokens.h). `smem`: the activation area, free after
-  // the products. Not inlined, as add_adjustments.
-  __device__ __noinline__ static void logprob_partials(const float* logits, uint32_t begin, uint32_t end, int top, float* lse,
-                                                       TokenComposite* top_list, float* smem) {
+  // What the sample op merges from the blocks, each part where asked for: with log-probabilities (`lse`
+  // not null), the block's (max, sum of exp) of its logits and its `top` most likely tokens
+  // (device/top_tokens.h); when sampling (`counts` not null), its logits' first digit counted into the
+  // step's counts (device/select_top.h). `smem`: the activation area, free after the products. Not
+  // inlined, as add_adjustments; one call for both, as each call site costs the kernel registers.
+  __device__ __noinline__ static void block_partials(const float* logits, uint32_t begin, uint32_t end, int top, float* lse,
+                                                     TokenComposite* top_list, uint32_t* counts, float* smem) {
+    if (lse) logprob_partials(logits, begin, end, top, lse, top_list, smem);
+    if (counts) count_first_digit(logits, begin, end, reinterpret_cast<uint32_t*>(smem), counts);
+  }
+  __device__ static void logprob_partials(const float* logits, uint32_t begin, uint32_t end, int top, float* lse,
+                                          TokenComposite* top_list, float* smem) {
     __syncthreads();  // the block's logits are written
     LogSumExp l;
     for (uint32_t r = begin + threadIdx.x; r < end; r += kThreads) l.add(logits[r]);
@@ -89,9 +100,10 @@ struct LMHeadOp : OpDefaults {
       const Best b = add_adjustments(m.p.logits, m.p.logit_adjust, in.begin, in.end);
       best = b.value, best_index = b.index;
     }
-    if (m.p.out_logprobs)
-      logprob_partials(m.p.logits, in.begin, in.end, m.p.top_logprobs, m.p.lm_logsumexp + 2 * in.slot,
-                       m.p.lm_top + size_t(in.slot) * kMaxTopLogprobs, m.smem);
+    const bool sampling = !m.p.sampling.greedy();
+    if (m.p.out_logprobs || sampling)
+      block_partials(m.p.logits, in.begin, in.end, m.p.top_logprobs, m.p.out_logprobs ? m.p.lm_logsumexp + 2 * in.slot : nullptr,
+                     m.p.lm_top + size_t(in.slot) * kMaxTopLogprobs, sampling ? m.p.lm_key_counts : nullptr, m.smem);
     // A thread that saw a non-finite logit enters (+inf, kNonFiniteSlot), which wins every comparison of the
     // merge here and in the sample (ties go to the lower index): no barrier is added for it.
     if (poison != 0.0f) best = INFINITY, best_index = kNonFiniteSlot;

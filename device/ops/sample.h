@@ -1,11 +1,13 @@
 // Sample (workgroup 0): the next token from the LM head's output (greedy: the blocks' (max, argmax);
-// otherwise radix select of the top K, a bitonic sort, and runtime/sampling.h's rule), streamed to the
+// otherwise device/select_top.h's K largest, and runtime/sampling.h's rule in one warp), streamed to the
 // host with its time (before it, with log-probabilities asked for, the token's TokenLogprobs record; after
 // it, with logit adjustments, its penalty); then the stop checks (EOS, max tokens, cancel, full context).
 // Logits with a NaN or an infinity (an LM head block that entered kNonFiniteSlot: the greedy merge picks
 // it, the sampling path looks for it) give no token: the launch stops and HostChannel::nonfinite_step
 // tells the host.
 #pragma once
+
+#include <climits>
 
 #include "device/ops/lm_head.h"
 #include "device/ops/op_spec.h"
@@ -14,16 +16,15 @@
 #if MK_DEVICE_CODE
 #include "device/device_atomics.h"
 #include "device/gemv.h"
+#include "device/select_top.h"
 #include "device/top_tokens.h"
 #endif
 
 namespace mk::dev {
 
 struct SampleOp : OpDefaults {
-  // The radix-select histogram, the candidates (keys, values, probabilities) and the block scan's slots.
-  static size_t smem_floats(const ModelDims&, const Instr&) {
-    return size_t(kSampleBins) + size_t(kMaxCandidates) * 2 + size_t(kMaxCandidates) * 2 + size_t(kMaxWarps) + 4;
-  }
+  // The first digit's histogram, the select's composites and the block scans' slots (below).
+  static size_t smem_floats(const ModelDims&, const Instr&) { return size_t(kSampleBins) + size_t(2 * kMaxCandidates) * 2 + size_t(kMaxWarps); }
 #if MK_DEVICE_CODE
   // The LM head slots' (max, argmax) merged, ties to the lowest id; a thread per slot, so that all slots'
   // loads are in flight at once (a serial loop would wait one L2 round trip per slot).
@@ -52,122 +53,102 @@ struct SampleOp : OpDefaults {
     return __syncthreads_or(bad) != 0;
   }
 
-  // Exclusive prefix count of `pred` over the block in thread order, and the block total.
-  __device__ static int block_prefix_count(bool pred, int* total, int* scratch) {
-    const unsigned long long mask = ballot(pred);
-    const unsigned long long below = mask & ((1ull << lane_id()) - 1ull);
-    if (lane_id() == 0) scratch[warp_id()] = __popcll(mask);
-    __syncthreads();
-    int before = 0, sum = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      if (w < warp_id()) before += scratch[w];
-      sum += scratch[w];
+  // Shared memory of the sampling path: the first digit's histogram; the select's composites (2 x
+  // kMaxCandidates: the K candidates first, then the weights and running sums of the rule); the block
+  // scans' slots.
+  __device__ static uint32_t* histogram(float* smem) { return reinterpret_cast<uint32_t*>(smem); }
+  __device__ static TokenComposite* candidates(float* smem) { return reinterpret_cast<TokenComposite*>(histogram(smem) + kSampleBins); }
+  __device__ static int* scan_slots(float* smem) { return reinterpret_cast<int*>(candidates(smem) + 2 * kMaxCandidates); }
+  // 16-byte pieces of logits a thread has in flight in the select's passes, while it works on as many:
+  // more made the kernels around the sample op spill registers.
+  static constexpr int kLogitPiecesInFlight = 2;
+
+  // The lowest of the lanes' values over the warp (their bits through the float shuffles).
+  __device__ static int warp_min(int v) {
+#pragma unroll
+    for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) {
+      const int other = __float_as_int(shfl_xor(__int_as_float(v), o));
+      v = other < v ? other : v;
     }
-    __syncthreads();
-    *total = sum;
-    return before + __popcll(below);
+    return v;
   }
 
-  // The shared-memory candidates of select_candidates: composites of (key, ~id), sorted descending.
-  __device__ static TokenComposite* candidates(float* smem) { return reinterpret_cast<TokenComposite*>(reinterpret_cast<uint32_t*>(smem) + kSampleBins); }
-
-  // The K largest of the `vocab` logits (K <= kMaxCandidates), in candidates(smem)[0, K): logit
-  // descending, ties by id. Not inlined (nor are the log-probabilities' functions below): inlined into
-  // the kernel, their code made the fp8 long-context kernels spill.
-  __device__ __noinline__ static void select_candidates(const float* logits, const int vocab, float* smem, const int K) {
-    uint32_t* hist = reinterpret_cast<uint32_t*>(smem);                           // kSampleBins
-    TokenComposite* cand = candidates(smem);                                      // kMaxCandidates
-    float* values = reinterpret_cast<float*>(cand + kMaxCandidates);            // kMaxCandidates
-    float* probs = values + kMaxCandidates;                                     // kMaxCandidates
-    int* scratch = reinterpret_cast<int*>(probs + kMaxCandidates);              // kWarps + 4
-    __shared__ uint32_t prefix, prefix_mask;
-    __shared__ int remaining;
-
-    // 1. Radix select (11 + 11 + 10 bits) of the K-th largest key.
-    if (threadIdx.x == 0) prefix = 0, prefix_mask = 0, remaining = K;
-    const int shifts[3] = {21, 10, 0}, widths[3] = {11, 11, 10};
-    for (int pass = 0; pass < 3; ++pass) {
-      const int shift = shifts[pass], bins = 1 << widths[pass];
-      for (int b = threadIdx.x; b < bins; b += kThreads) hist[b] = 0;
-      __syncthreads();
-      const uint32_t pre = prefix, pre_mask = prefix_mask;
-      for (int i = threadIdx.x; i < vocab; i += kThreads) {
-        const uint32_t key = logit_key(load_fresh(logits + i));
-        if ((key & pre_mask) == pre) atomicAdd(hist + ((key >> shift) & uint32_t(bins - 1)), 1u);
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        int cum = 0;
-        for (int b = bins - 1; b >= 0; --b) {
-          if (cum + int(hist[b]) >= remaining) {
-            remaining -= cum;
-            prefix |= uint32_t(b) << shift;
-            prefix_mask |= uint32_t(bins - 1) << shift;
-            break;
-          }
-          cum += int(hist[b]);
-        }
-      }
-      __syncthreads();
-    }
-    const uint32_t threshold = prefix;
-    const int greater = K - remaining;  // keys strictly above the threshold; `remaining` ties are taken
-
-    // 2. Gather the candidates in id order: all keys above the threshold, the lowest-id ties.
-    int n_greater = 0, n_equal = 0;
-    for (int base = 0; base < vocab; base += kThreads) {
-      const int i = base + int(threadIdx.x);
-      const uint32_t key = i < vocab ? logit_key(load_fresh(logits + i)) : 0u;
-      const bool gt = i < vocab && key > threshold, eq = i < vocab && key == threshold;
-      int total_gt, total_eq;
-      const int at_gt = block_prefix_count(gt, &total_gt, scratch);
-      const int at_eq = block_prefix_count(eq, &total_eq, scratch);
-      // Sort key: logit descending, then id ascending.
-      const TokenComposite composite = key_composite(key, i);
-      if (gt) cand[n_greater + at_gt] = composite;
-      if (eq && n_equal + at_eq < remaining) cand[greater + n_equal + at_eq] = composite;
-      n_greater += total_gt;
-      n_equal += total_eq;
-    }
-    int padded = 1;
-    while (padded < K) padded <<= 1;
-    for (int i = K + int(threadIdx.x); i < padded; i += kThreads) cand[i] = 0ull;
+  // runtime/sampling.h's steps 3-6 over the n ordered candidates, in warp 0 (a chunk of kSumChunk a lane):
+  // their weights, chunked_running_sums' sums in its order, and each "first index where" as the lowest
+  // lane's find. The index of the chosen candidate, to thread 0.
+  __device__ static int choose_in_warp(const TokenComposite* cand, int n, const SamplingParams& sp, float u, float* probs,
+                                       float* running) {
+    const float top = composite_logit(cand[0]), inv_t = 1.0f / sp.temperature;
+    for (int i = threadIdx.x; i < n; i += kThreads) probs[i] = candidate_weight(composite_logit(cand[i]), top, inv_t);
     __syncthreads();
-
-    // 3. Bitonic sort, descending.
-    for (int size = 2; size <= padded; size <<= 1)
-      for (int stride = size / 2; stride > 0; stride >>= 1) {
-        for (int i = threadIdx.x; i < padded; i += kThreads) {
-          const int j = i ^ stride;
-          if (j > i) {
-            const bool descending = (i & size) == 0;
-            const TokenComposite a = cand[i], b = cand[j];
-            if ((a < b) == descending) cand[i] = b, cand[j] = a;
-          }
+    if (warp_id() != 0) return 0;
+    const int lane = lane_id(), begin = lane * kSumChunk;
+    const int end = lane < kSumChunk && begin < n ? (begin + kSumChunk < n ? begin + kSumChunk : n) : begin;
+    float within = 0.0f;
+    for (int i = begin; i < end; ++i) within += probs[i], running[i] = within;
+    float start = 0.0f;  // the chunks before this lane's, added in order
+    for (int c = 0; c < kSumChunk; ++c) {
+      const float chunk = shfl(within, c);
+      if (c < lane) start += chunk;
+    }
+    for (int i = begin; i < end; ++i) running[i] = start + running[i];
+    sync_warp();
+    // The first index of this lane's chunk in [begin, limit) where pred holds, over the warp: INT_MAX if none.
+    const auto first = [&](int limit, auto pred) {
+      int found = INT_MAX;
+      for (int i = begin; i < end && i < limit; ++i)
+        if (pred(i)) {
+          found = i;
+          break;
         }
-        __syncthreads();
-      }
+      return warp_min(found);
+    };
+    int kept = n;
+    if (sp.top_p < 1.0f) {
+      const float enough = sp.top_p * running[n - 1];
+      const int found = first(n, [&](int i) { return running[i] >= enough; });
+      kept = (found < n - 1 ? found : n - 1) + 1;  // running[n - 1] is always enough
+    }
+    if (sp.min_p > 0.0f) {
+      const float floor = sp.min_p * probs[0];
+      const int m = first(kept, [&](int i) { return i >= 1 && probs[i] < floor; });
+      if (m < kept) kept = m;
+    }
+    const float target = u * running[kept - 1];
+    const int chosen = first(kept, [&](int i) { return running[i] > target; });
+    return chosen < kept ? chosen : kept - 1;
+  }
 
+  // The sampled token: the candidates by select_top_composites from the LM head blocks' counts of the
+  // first digit (which it then clears for the next step's), and the rule. Not inlined (nor are the
+  // log-probabilities' functions below): inlined into the kernel, their code made the fp8 long-context
+  // kernels spill.
+  __device__ __noinline__ static int32_t sample_candidates(const float* logits, int vocab, uint32_t* counts, float temperature, int top_k,
+                                                           float top_p, float min_p, float u, float* smem) {
+    SamplingParams sp;
+    sp.temperature = temperature, sp.top_k = top_k, sp.top_p = top_p, sp.min_p = min_p;
+    uint32_t* hist = histogram(smem);
+    for (int b = threadIdx.x; b < kSampleBins; b += kThreads) {
+      hist[b] = load_fresh(counts + b);
+      counts[b] = 0u;  // ordered before the next step's counts by the token's release
+    }
+    __syncthreads();
+    const int K = sp.candidate_count(vocab);
+    TokenComposite* cand = candidates(smem);
+    select_top_composites<kLogitPiecesInFlight>(logits, vocab, K, hist, true, cand, scan_slots(smem));
+    float* probs = reinterpret_cast<float*>(cand + kMaxCandidates);  // past the K candidates
+    __shared__ int32_t chosen;
+    const int c = choose_in_warp(cand, K, sp, u, probs, probs + kMaxCandidates);
+    if (threadIdx.x == 0) chosen = composite_id(cand[c]);
+    __syncthreads();
+    return chosen;
   }
 
   template <class MachineT>
   __device__ static int32_t sample_token(MachineT& m) {
+    const float u = uniform01(m.p.sampling.seed, uint64_t(m.p.start) + m.step);
     const SamplingParams& sp = m.p.sampling;
-    const int K = sp.candidate_count(m.p.dims.vocab);
-    select_candidates(m.p.logits, m.p.dims.vocab, m.smem, K);
-    // The shared rule over the ordered candidates.
-    TokenComposite* cand = candidates(m.smem);
-    float* values = reinterpret_cast<float*>(cand + kMaxCandidates);
-    float* probs = values + kMaxCandidates;
-    __shared__ int32_t chosen;
-    for (int i = threadIdx.x; i < K; i += kThreads) values[i] = composite_logit(cand[i]);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const float u = uniform01(sp.seed, uint64_t(m.p.start) + m.step);
-      chosen = composite_id(cand[choose_candidate(values, K, sp, u, probs)]);
-    }
-    __syncthreads();
-    return chosen;
+    return sample_candidates(m.p.logits, m.p.dims.vocab, m.p.lm_key_counts, sp.temperature, sp.top_k, sp.top_p, sp.min_p, u, m.smem);
   }
 
   // The record of `token` for the host (runtime/sampling.h's TokenLogprobs) with `top` alternatives,

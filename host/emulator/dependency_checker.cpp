@@ -116,31 +116,46 @@ void DependencyChecker::throw_if_violations() const {
        std::min(shown, kMaxReported), text);
 }
 
-void DependencyChecker::read(int wg, const InstrRef& who, int buffer, size_t begin, size_t end) {
-  Buffer& b = buffers_[size_t(buffer)];
-  if (end > b.cells.size()) fail("dependency checker: read of {} cells [{}, {}) past its {} cells", b.name, begin, end, b.cells.size());
-  const uint32_t now = clocks_[size_t(wg)][size_t(wg)];
-  for (size_t i = begin; i < end; ++i) {
-    Cell& cell = b.cells[i];
-    if (!ordered(cell.last_write, wg)) report(cell.last_write, Access{wg, now, who}, b, i, true, false);
-    auto it = std::find_if(cell.reads.begin(), cell.reads.end(), [&](const Access& a) { return a.wg == wg; });
-    if (it != cell.reads.end()) *it = Access{wg, now, who};
-    else cell.reads.push_back(Access{wg, now, who});
-  }
+void DependencyChecker::note_latest(std::vector<Access>& list, const Access& a) {
+  auto it = std::find_if(list.begin(), list.end(), [&](const Access& x) { return x.wg == a.wg; });
+  if (it != list.end()) *it = a;
+  else list.push_back(a);
 }
 
+void DependencyChecker::read(int wg, const InstrRef& who, int buffer, size_t begin, size_t end) {
+  access(wg, who, buffer, begin, end, AccessKind::Read);
+}
+void DependencyChecker::accumulate(int wg, const InstrRef& who, int buffer, size_t begin, size_t end) {
+  access(wg, who, buffer, begin, end, AccessKind::Add);
+}
 void DependencyChecker::write(int wg, const InstrRef& who, int buffer, size_t begin, size_t end) {
+  access(wg, who, buffer, begin, end, AccessKind::Write);
+}
+
+void DependencyChecker::access(int wg, const InstrRef& who, int buffer, size_t begin, size_t end, AccessKind kind) {
   Buffer& b = buffers_[size_t(buffer)];
-  if (end > b.cells.size()) fail("dependency checker: write of {} cells [{}, {}) past its {} cells", b.name, begin, end, b.cells.size());
-  const uint32_t now = clocks_[size_t(wg)][size_t(wg)];
-  const Access self{wg, now, who};
+  const char* what = kind == AccessKind::Read ? "read of" : kind == AccessKind::Add ? "add to" : "write of";
+  if (end > b.cells.size()) fail("dependency checker: {} {} cells [{}, {}) past its {} cells", what, b.name, begin, end, b.cells.size());
+  const Access self{wg, clocks_[size_t(wg)][size_t(wg)], who};
+  const bool writes = kind != AccessKind::Read;  // an add conflicts with a read as a write does
   for (size_t i = begin; i < end; ++i) {
     Cell& cell = b.cells[i];
-    if (!ordered(cell.last_write, wg)) report(cell.last_write, self, b, i, true, true);
-    for (const Access& r : cell.reads)
-      if (!ordered(r, wg)) report(r, self, b, i, false, true);
-    cell.last_write = self;
-    cell.reads.clear();
+    if (!ordered(cell.last_write, wg)) report(cell.last_write, self, b, i, true, writes);
+    if (kind != AccessKind::Read)
+      for (const Access& r : cell.reads)
+        if (!ordered(r, wg)) report(r, self, b, i, false, true);
+    if (kind != AccessKind::Add)  // adds race each other harmlessly
+      for (const Access& a : cell.adds)
+        if (!ordered(a, wg)) report(a, self, b, i, true, writes);
+    if (kind == AccessKind::Read) {
+      note_latest(cell.reads, self);
+    } else if (kind == AccessKind::Add) {
+      note_latest(cell.adds, self);
+    } else {
+      cell.last_write = self;
+      cell.reads.clear();
+      cell.adds.clear();
+    }
   }
 }
 

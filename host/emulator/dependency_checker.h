@@ -45,6 +45,9 @@ class DependencyChecker {
   // pair and buffer); throw_if_violations() reports them all.
   void read(int wg, const InstrRef& who, int buffer, size_t begin, size_t end);
   void write(int wg, const InstrRef& who, int buffer, size_t begin, size_t end);
+  // Atomic adds (the kernel's atomicAdd into a sum that several workgroups build): unordered with each
+  // other they are fine; a read or write of the cells must be ordered with every add, as with a write.
+  void accumulate(int wg, const InstrRef& who, int buffer, size_t begin, size_t end);
 
   // Throws mk::Error listing every violation seen (up to kMaxReported), if any.
   void throw_if_violations() const;
@@ -61,6 +64,7 @@ class DependencyChecker {
   struct Cell {
     Access last_write;
     std::vector<Access> reads;  // since the last write, the latest per workgroup
+    std::vector<Access> adds;   // since the last write, the latest per workgroup
   };
   struct Buffer {
     std::string name;
@@ -72,6 +76,10 @@ class DependencyChecker {
   };
   using Clock = std::vector<uint32_t>;
 
+  enum class AccessKind { Read, Add, Write };
+  void access(int wg, const InstrRef& who, int buffer, size_t begin, size_t end, AccessKind kind);
+  // Replaces the access of a's workgroup in `list`, or adds a.
+  static void note_latest(std::vector<Access>& list, const Access& a);
   bool ordered(const Access& earlier, int wg) const { return earlier.wg < 0 || earlier.clock <= clocks_[size_t(wg)][size_t(earlier.wg)]; }
   void report(const Access& earlier, const Access& now, const Buffer& buffer, size_t cell, bool earlier_writes,
               bool now_writes);

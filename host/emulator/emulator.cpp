@@ -249,6 +249,7 @@ struct Emulator::Impl : emu::EmulatorState {
     run.ingest = int(input.size()) - chunked;
     run.max_new = req.max_new_tokens;
     run.sampling = req.sampling;
+    std::fill(lm_key_counts.data.begin(), lm_key_counts.data.end(), 0u);  // as the GPU backend clears them
     run.adjust = req.adjust;
     if (run.adjust.active()) {  // as the GPU backend uploads them
       logit_adjust.data = initial_logit_adjustment(req.adjust, cfg.vocab_size);

@@ -107,6 +107,12 @@ struct EmulatorState {
     return b.data.data() + begin;
   }
 
+  template <typename T>
+  T* accumulate(const OpCtx& c, Buffer<T>& b, size_t begin, size_t end) {
+    if (checker) checker->accumulate(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
+    return b.data.data() + begin;
+  }
+
   // An add with acquire and release to a flat counter, as the kernel's fetch_add_acq_rel: returns the
   // value it found.
   uint32_t read_modify_write(const OpCtx& c, uint32_t counter) {

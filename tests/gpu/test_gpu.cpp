@@ -511,6 +511,41 @@ TEST(Gpu, SeededSamplingIsReproducible) {
   }
 }
 
+// The sampled token is runtime/sampling.h's rule applied to the GPU's own logits (the CPU's sample_token
+// on them): device/select_top.h's K largest from the LM head's counts, and the rule's sums in one warp.
+// Logits spread wide and bunched in a few bins (the select's pool too small for the crossing bin), K from
+// 1 to the 1,024 cap, top-p and min-p; the last of several tokens, after the counts were cleared and
+// counted again at every step.
+TEST(Gpu, SampledTokenIsTheRuleAppliedToTheGpusLogits) {
+  for (const float weight_scale : {0.08f, 0.004f}) {
+    TinyModelSpec spec;
+    spec.eos = {};
+    spec.vocab = 50000;
+    spec.weight_scale = weight_scale;
+    auto model = load_tiny_model(spec, "gpu-sampled-rule");
+    GpuOptions gopt;
+    gopt.context = 64;
+    auto gpu = create_gpu_backend(*model, gopt);
+    const std::vector<SamplingParams> rules = {{1.0f, 0, 1.0f, 0.0f, 1}, {0.7f, 40, 1.0f, 0.0f, 2},  {1.3f, 1000, 1.0f, 0.0f, 3},
+                                               {0.9f, 0, 0.9f, 0.0f, 4}, {1.0f, 0, 1.0f, 0.05f, 5}, {0.8f, 2, 0.95f, 0.0f, 6}};
+    for (const SamplingParams& base : rules)
+      for (uint64_t seed = 0; seed < 4; ++seed) {
+        SamplingParams s = base;
+        s.seed = base.seed * 100 + seed;
+        const std::vector<int32_t> input = {3, int32_t(7 + seed), 11};
+        const int n = 5;
+        gpu->reset();
+        const auto r = run(*gpu, input, n, s);
+        ASSERT_EQ(int(r.tokens.size()), n);
+        // The last token was drawn at the position of the token before it.
+        const uint64_t counter = uint64_t(input.size()) - 1 + uint64_t(n - 1);
+        EXPECT_EQ(r.tokens.back(), sample_token(gpu->last_logits(), s, counter))
+            << "weight scale " << weight_scale << ", T " << s.temperature << ", top_k " << s.top_k << ", top_p " << s.top_p
+            << ", min_p " << s.min_p << ", seed " << s.seed;
+      }
+  }
+}
+
 // Logit adjustments and log-probabilities (runtime/sampling.h) on the GPU against the emulator running
 // its schedule: the same tokens and records while the two sequences agree (sampled ones may part where
 // the logits' rounding differs), greedy and sampled, with top_k above and below the alternatives asked

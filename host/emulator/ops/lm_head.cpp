@@ -1,6 +1,6 @@
 // The CPU twin of the lm_head op (device/ops/lm_head.h): logits[rows] = W_lm * RMSNorm(x) (+ the logit
-// adjustments) and the block's (max, argmax), with log-probabilities asked for its partials for them;
-// nothing on prompt steps.
+// adjustments) and the block's (max, argmax), with log-probabilities asked for its partials for them,
+// when sampling its counts of the logits' first digit; nothing on prompt steps.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -31,6 +31,10 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
     std::partial_sort(tokens.begin(), tokens.begin() + std::ptrdiff_t(top), tokens.end(), std::greater<>());
     TokenComposite* list = s.write(c, s.lm_top, size_t(in.slot) * kMaxTopLogprobs, size_t(in.slot + 1) * kMaxTopLogprobs);
     for (size_t i = 0; i < size_t(kMaxTopLogprobs); ++i) list[i] = i < top ? tokens[i] : 0ull;
+  }
+  if (!s.run.sampling.greedy()) {  // the first digit's counts for the sample's select (device/select_top.h)
+    uint32_t* counts = s.accumulate(c, s.lm_key_counts, 0, size_t(kSampleBins));
+    for (uint32_t r = in.begin; r < in.end; ++r) ++counts[logit_key(out[r - in.begin]) >> 21];
   }
   *s.write(c, s.lm_best_value, in.slot, in.slot + 1) = best;
   *s.write(c, s.lm_best_index, in.slot, in.slot + 1) = best_index;

@@ -3,6 +3,10 @@
 // non-finite logits stop the launch.
 #include "host/emulator/ops/ops.h"
 
+#include <numeric>
+
+#include "runtime/error.h"
+
 namespace mk::emu {
 
 namespace {
@@ -44,6 +48,13 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
         if (v[i] > v[best] || (v[i] == v[best] && id[i] < id[best])) best = i;
       token = id[best];
     } else {
+      // The LM head blocks' counts of the first digit: whole (every block added its rows), then cleared
+      // for the next step's, as the kernel's select reads and clears them.
+      const uint32_t* counts = s.read(c, s.lm_key_counts, 0, size_t(kSampleBins));
+      const uint64_t counted = std::accumulate(counts, counts + kSampleBins, uint64_t(0));
+      if (counted != s.logits.data.size())
+        fail("step {}: the LM head's first-digit counts hold {} logits of {}", step, counted, s.logits.data.size());
+      std::fill_n(s.write(c, s.lm_key_counts, 0, size_t(kSampleBins)), kSampleBins, 0u);
       token = sample_token(std::vector<float>(l, l + s.logits.data.size()), s.run.sampling, uint64_t(s.run.start) + step);
     }
     if (s.opt.record_logits) s.recorded.emplace_back(l, l + s.logits.data.size());
