@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -327,6 +328,86 @@ TEST(Capi, InvalidSamplingValuesAreRejectedNamingTheField) {
   mk_stats s;
   mk_session_stats(o.session, &s);
   EXPECT_EQ(s.context_tokens, 0) << "a rejected call ran the model";
+}
+
+// mk_generate_with_options: a +100 bias decides every greedy token; a record comes for each reply token,
+// before its text, with the alternatives asked for; a caller built with the first, smaller struct gets
+// the defaults for the rest; values out of range name their field.
+TEST(Capi, GenerateWithOptionsBiasesRecordsAndChecksItsFields) {
+  Opened o;
+  int32_t forced = -1;
+  size_t n = 0;
+  ASSERT_EQ(mk_tokenize(o.model, "x", 1, 0, &forced, 1, &n), MK_OK);
+  ASSERT_EQ(n, 1u);
+  const mk_logit_bias bias[] = {{forced, 100.0f}};
+  struct Log {
+    std::string events;  // 'L' a record, 'T' some text
+    std::vector<mk_token_logprobs> records;
+    int stop_after = 0;  // records before the callback asks to stop (0: never)
+  } log;
+  mk_generate_options opt;
+  mk_generate_options_init(&opt);
+  EXPECT_EQ(opt.struct_size, sizeof(mk_generate_options));
+  opt.params.max_tokens = 6;
+  opt.logit_bias = bias;
+  opt.logit_bias_count = 1;
+  opt.top_logprobs = 5;
+  opt.logprobs_user = &log;
+  opt.on_logprobs = [](const mk_token_logprobs* r, void* user) {
+    Log& l = *static_cast<Log*>(user);
+    l.events += 'L';
+    l.records.push_back(*r);
+    return l.stop_after > 0 && int(l.records.size()) >= l.stop_after ? 1 : 0;
+  };
+  const auto on_text = [](const char*, size_t, void* user) {
+    static_cast<Log*>(user)->events += 'T';
+    return 0;
+  };
+  const mk_message hello[] = {{"user", "Hello"}};
+  ASSERT_EQ(mk_generate_with_options(o.session, hello, 1, &opt, on_text, &log), MK_OK) << mk_session_last_error(o.session);
+  ASSERT_EQ(log.records.size(), 6u);
+  EXPECT_EQ(log.events.front(), 'L') << log.events;
+  for (const mk_token_logprobs& r : log.records) {
+    EXPECT_EQ(r.token, forced);
+    EXPECT_NEAR(r.logprob, 0.0f, 1e-3f);  // +100 leaves every other token ~e^-90 of the mass
+    ASSERT_EQ(r.top_count, 5);
+    EXPECT_EQ(r.top_ids[0], forced);
+    for (int k = 1; k < 5; ++k) EXPECT_LE(r.top_logprobs[k], r.top_logprobs[k - 1]);
+  }
+
+  // A non-zero return from the records' callback stops the reply.
+  log = Log{};
+  log.stop_after = 2;
+  ASSERT_EQ(mk_generate_with_options(o.session, hello, 1, &opt, nullptr, nullptr), MK_OK);
+  mk_stats st;
+  mk_session_stats(o.session, &st);
+  EXPECT_EQ(st.last_stop, MK_STOP_CANCELLED);
+  EXPECT_LE(log.records.size(), 3u);
+
+  // The first version of the struct ends after params: what lies past it is not read.
+  mk_generate_options first = opt;
+  first.struct_size = offsetof(mk_generate_options, logit_bias);
+  first.logit_bias = nullptr;
+  first.logit_bias_count = 7;  // would be an error if read
+  first.top_logprobs = 99;
+  EXPECT_EQ(mk_generate_with_options(o.session, hello, 1, &first, nullptr, nullptr), MK_OK) << mk_session_last_error(o.session);
+
+  const auto rejected = [&](void (*set)(mk_generate_options&), const char* message) {
+    mk_generate_options bad = opt;
+    bad.on_logprobs = nullptr;
+    set(bad);
+    EXPECT_EQ(mk_generate_with_options(o.session, hello, 1, &bad, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT) << message;
+    EXPECT_THAT(mk_session_last_error(o.session), HasSubstr(message));
+  };
+  rejected([](mk_generate_options& b) { b.struct_size = 0; }, "struct_size 0 is smaller than any version");
+  rejected([](mk_generate_options& b) { b.logit_bias = nullptr; }, "logit_bias is NULL with logit_bias_count 1");
+  rejected([](mk_generate_options& b) { b.logit_bias_count = 5000; }, "logit_bias: 5000 entries, at most 1024");
+  rejected([](mk_generate_options& b) { b.frequency_penalty = 3.0f; }, "frequency_penalty 3 must be between -2 and 2");
+  rejected([](mk_generate_options& b) { b.top_logprobs = 21; }, "top_logprobs 21 must be between 0 and 20");
+  rejected([](mk_generate_options& b) { b.params.top_k = -1; }, "top_k -1");
+  static const mk_logit_bias outside[] = {{1 << 30, 1.0f}}, too_much[] = {{0, 101.0f}};
+  rejected([](mk_generate_options& b) { b.logit_bias = outside; }, "logit_bias: token 1073741824 is outside the vocabulary");
+  rejected([](mk_generate_options& b) { b.logit_bias = too_much; }, "the bias 101 of token 0 must be between -100 and 100");
 }
 
 TEST(Capi, AContextOverTheLimitIsAnInvalidArgumentBeforeAllocating) {

@@ -3,6 +3,7 @@
 #include "monokernel.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -109,17 +110,76 @@ mk::TurnParams turn_params(const mk_generate_params* p) {
   return t;
 }
 
-mk_status generate(mk_session* s, const std::vector<mk::ChatMessage>& messages, const mk_generate_params* params,
+static_assert(MK_MAX_TOP_LOGPROBS == mk::kMaxTopLogprobs, "the C record holds the engine's alternatives");
+
+// The options the caller's struct_size covers, the rest at their defaults; an impossible size is an error.
+mk_generate_options options_of(const mk_generate_options* given) {
+  mk_generate_options o;
+  mk_generate_options_init(&o);
+  if (!given) return o;
+  constexpr size_t kFirstVersion = offsetof(mk_generate_options, params) + sizeof(mk_generate_params);
+  if (given->struct_size < kFirstVersion)
+    invalid(fmt::format("mk_generate_options: struct_size {} is smaller than any version of the struct ({} bytes); "
+                        "call mk_generate_options_init",
+                        given->struct_size, kFirstVersion));
+  std::memcpy(&o, given, std::min(given->struct_size, sizeof(o)));
+  o.struct_size = sizeof(o);
+  return o;
+}
+
+mk::TurnParams turn_params(const mk_generate_options& o) {
+  mk::TurnParams t = turn_params(&o.params);
+  if (o.logit_bias_count > 0 && !o.logit_bias)
+    invalid(fmt::format("mk_generate_options: logit_bias is NULL with logit_bias_count {}", o.logit_bias_count));
+  if (o.logit_bias_count > mk::kMaxLogitBiasEntries)  // before copying a count that large
+    invalid(fmt::format("logit_bias: {} entries, at most {}", o.logit_bias_count, mk::kMaxLogitBiasEntries));
+  for (size_t i = 0; i < o.logit_bias_count; ++i) t.adjust.bias.emplace_back(o.logit_bias[i].token, o.logit_bias[i].bias);
+  t.adjust.frequency_penalty = o.frequency_penalty;
+  t.adjust.presence_penalty = o.presence_penalty;
+  t.top_logprobs = o.top_logprobs;
+  return t;
+}
+
+mk_status generate(mk_session* s, const std::vector<mk::ChatMessage>& messages, const mk_generate_options* options,
                    mk_token_callback callback, void* user) {
   return guarded(s->last_error, [&] {
     mk::Session& session = *s->session;
+    const mk_generate_options o = options_of(options);
+    mk::TurnParams params = turn_params(o);
+    if (o.on_logprobs)
+      params.on_logprobs = [&](const mk::TokenLogprobs& r) {
+        mk_token_logprobs c;
+        c.token = r.token, c.logprob = r.logprob, c.top_count = r.top_count;
+        std::copy(std::begin(r.top_ids), std::end(r.top_ids), c.top_ids);
+        std::copy(std::begin(r.top_logprobs), std::end(r.top_logprobs), c.top_logprobs);
+        if (o.on_logprobs(&c, o.logprobs_user) != 0) session.cancel();
+      };
     const auto on_text = [&](std::string_view text) {
       if (!callback) return;
       const std::string piece(text);  // NUL-terminated for callers that want a C string
       if (callback(piece.c_str(), piece.size(), user) != 0) session.cancel();
     };
-    session.chat(messages, turn_params(params), on_text);
+    session.chat(messages, params, on_text);
   });
+}
+
+mk_status generate(mk_session* s, const std::vector<mk::ChatMessage>& messages, const mk_generate_params* params,
+                   mk_token_callback callback, void* user) {
+  mk_generate_options o;
+  mk_generate_options_init(&o);
+  if (params) o.params = *params;
+  return generate(s, messages, &o, callback, user);
+}
+
+// The messages of mk_generate_messages / mk_generate_with_options, checked; `who` names the function.
+std::vector<mk::ChatMessage> messages_of(const char* who, const mk_message* messages, size_t count) {
+  std::vector<mk::ChatMessage> list;
+  if (!messages && count > 0) invalid(fmt::format("{}: messages is NULL", who));
+  for (size_t i = 0; i < count; ++i) {
+    if (!messages[i].role || !messages[i].content) invalid(fmt::format("{}: message {} has a NULL role or content", who, i));
+    list.push_back({messages[i].role, messages[i].content});
+  }
+  return list;
 }
 
 }  // namespace
@@ -283,16 +343,25 @@ mk_status mk_generate_messages(mk_session* session, const mk_message* messages, 
                                const mk_generate_params* params, mk_token_callback callback, void* user) {
   if (!session) return MK_ERROR_INVALID_ARGUMENT;
   std::vector<mk::ChatMessage> list;
-  const mk_status status = guarded(session->last_error, [&] {
-    if (!messages && count > 0) invalid("mk_generate_messages: messages is NULL");
-    for (size_t i = 0; i < count; ++i) {
-      if (!messages[i].role || !messages[i].content)
-        invalid(fmt::format("mk_generate_messages: message {} has a NULL role or content", i));
-      list.push_back({messages[i].role, messages[i].content});
-    }
-  });
+  const mk_status status = guarded(session->last_error, [&] { list = messages_of("mk_generate_messages", messages, count); });
   if (status != MK_OK) return status;
   return generate(session, list, params, callback, user);
+}
+
+void mk_generate_options_init(mk_generate_options* o) {
+  if (!o) return;
+  *o = mk_generate_options{};
+  o->struct_size = sizeof(*o);
+  mk_generate_params_init(&o->params);
+}
+
+mk_status mk_generate_with_options(mk_session* session, const mk_message* messages, size_t count,
+                                   const mk_generate_options* options, mk_token_callback callback, void* user) {
+  if (!session) return MK_ERROR_INVALID_ARGUMENT;
+  std::vector<mk::ChatMessage> list;
+  const mk_status status = guarded(session->last_error, [&] { list = messages_of("mk_generate_with_options", messages, count); });
+  if (status != MK_OK) return status;
+  return generate(session, list, options, callback, user);
 }
 
 mk_status mk_session_cancel(mk_session* session) {

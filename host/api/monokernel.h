@@ -192,6 +192,46 @@ MK_API void mk_generate_params_init(mk_generate_params* params);
  * The end-of-turn token is not passed. Return 0 to go on, non-zero to stop (like mk_session_cancel). */
 typedef int (*mk_token_callback)(const char* text, size_t length, void* user);
 
+/* A reply token's log-probabilities: the log-softmax over the whole vocabulary of the logits the sampler
+ * saw (logit bias and penalties applied; before temperature, top-k, top-p, min-p, which only choose), and
+ * its top_count most likely alternatives, the most likely first (ties to the lower id). */
+#define MK_MAX_TOP_LOGPROBS 20
+typedef struct mk_token_logprobs {
+  int32_t token;
+  float logprob;
+  int32_t top_count;
+  int32_t top_ids[MK_MAX_TOP_LOGPROBS];
+  float top_logprobs[MK_MAX_TOP_LOGPROBS];
+} mk_token_logprobs;
+
+/* Receives each reply token's record before its text reaches the token callback (a token's text can
+ * wait for the rest of its character); `record` is valid only during the call. Return 0 to go on,
+ * non-zero to stop. */
+typedef int (*mk_logprobs_callback)(const mk_token_logprobs* record, void* user);
+
+typedef struct mk_logit_bias {
+  int32_t token;
+  float bias; /* added to the token's logit, -100..100 (OpenAI's logit_bias) */
+} mk_logit_bias;
+
+/* mk_generate_params and what OpenAI's API adds to it. struct_size is the size of the struct the caller
+ * was compiled with (mk_generate_options_init sets it): a newer library reads only those fields and gives
+ * later ones their defaults, so callers built against this header keep working. */
+typedef struct mk_generate_options {
+  size_t struct_size;
+  mk_generate_params params;
+  const mk_logit_bias* logit_bias; /* logit_bias_count entries (at most 1024; a token listed twice adds both) */
+  size_t logit_bias_count;
+  float frequency_penalty; /* -2..2: minus this per time a token was already sampled in this reply */
+  float presence_penalty;  /* -2..2: minus this once a token was sampled in this reply */
+  mk_logprobs_callback on_logprobs; /* NULL: no records */
+  void* logprobs_user;              /* passed to on_logprobs */
+  int top_logprobs;                 /* 0..MK_MAX_TOP_LOGPROBS alternatives in each record */
+} mk_generate_options;
+
+/* Fills the defaults: struct_size, mk_generate_params_init's params, no bias, no penalties, no records. */
+MK_API void mk_generate_options_init(mk_generate_options* options);
+
 /* One user turn: adds `prompt` as a user message and generates the assistant's reply, calling `callback`
  * (may be NULL) with its text. params may be NULL (defaults). Returns MK_OK when the reply ended for any
  * of the mk_stop_reason reasons (see mk_session_stats); a reply stopped early stays in the conversation. */
@@ -200,6 +240,10 @@ MK_API mk_status mk_generate(mk_session* session, const char* prompt, const mk_g
 /* The same with any new messages (e.g. a "system" then a "user" message on the first turn). */
 MK_API mk_status mk_generate_messages(mk_session* session, const mk_message* messages, size_t count,
                                       const mk_generate_params* params, mk_token_callback callback, void* user);
+/* mk_generate_messages with mk_generate_options (NULL: the defaults). A value out of its range is
+ * MK_ERROR_INVALID_ARGUMENT naming the field. */
+MK_API mk_status mk_generate_with_options(mk_session* session, const mk_message* messages, size_t count,
+                                          const mk_generate_options* options, mk_token_callback callback, void* user);
 
 /* Stops the generation in progress at the next token; no effect when none is running. Any thread. */
 MK_API mk_status mk_session_cancel(mk_session* session);

@@ -108,11 +108,14 @@ class BusyGuard {
   std::atomic<bool>& busy_;
 };
 
-void check_params(const TurnParams& p) {
+void check_params(const TurnParams& p, int vocab) {
   const auto bad = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
   if (p.max_tokens == 0 || p.max_tokens < -1)
     bad(fmt::format("max_tokens must be positive, or -1 for no limit (got {})", p.max_tokens));
   if (std::string e = sampling_error(p.sampling); !e.empty()) bad(e);
+  if (std::string e = logit_adjustments_error(p.adjust, vocab); !e.empty()) bad(e);
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
+    bad(fmt::format("top_logprobs {} must be between 0 and {}", p.top_logprobs, kMaxTopLogprobs));
 }
 
 }  // namespace
@@ -291,7 +294,7 @@ GenerateResult Session::generate_or_throw(const GenerateRequest& request, const 
 TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnParams& params, const TextCallback& on_text) {
   BusyGuard guard(busy_);
   if (messages.empty()) throw EngineError(EngineErrorKind::InvalidArgument, "chat: no message to send");
-  check_params(params);
+  check_params(params, shared_->vocab_size);
   const ChatTemplate& tmpl = shared_->require_template();
   const Tokenizer& tokenizer = shared_->tokenizer;
 
@@ -343,6 +346,11 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
   request.sampling = params.sampling;
   request.adjust = params.adjust;
+  TokenLogprobs logprobs;  // the backend's record of the token it passes next
+  if (params.on_logprobs) {
+    request.top_logprobs = params.top_logprobs;
+    request.on_logprobs = [&](const TokenLogprobs& r) { logprobs = r; };
+  }
 
   TurnResult out;
   StreamingDecoder decoder(tokenizer);
@@ -368,6 +376,14 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
     }
     // A cancel() that raced with the start of generate() was cleared by the backend; repeat it.
     if (cancel_requested_.load()) backend_->cancel();
+    if (params.on_logprobs && !callback_error) {
+      try {
+        params.on_logprobs(logprobs);
+      } catch (...) {
+        callback_error = std::current_exception();
+        backend_->cancel();
+      }
+    }
     emit(decoder.push(token));
   };
 
@@ -406,7 +422,7 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
 CompletionResult Session::complete(const std::vector<int32_t>& prompt, const TurnParams& params,
                                    const TokenIdCallback& on_token) {
   BusyGuard guard(busy_);
-  check_params(params);
+  check_params(params, shared_->vocab_size);
   const auto bad = [](const std::string& m) { throw EngineError(EngineErrorKind::InvalidArgument, m); };
   if (prompt.empty()) bad("the prompt is empty (a completion needs at least one prompt token)");
   for (size_t i = 0; i < prompt.size(); ++i)

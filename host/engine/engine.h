@@ -99,8 +99,9 @@ struct TurnParams {
   int max_tokens = -1;  // -1: until the end of turn or a full context
   SamplingParams sampling;
   LogitAdjustments adjust;  // logit_bias and the penalties (runtime/sampling.h)
-  // complete() only: when set, each reply token's log-probabilities (and its top_logprobs most likely
-  // alternatives, 0..kMaxTopLogprobs), passed just before on_token gets the token.
+  // When set, each reply token's log-probabilities (and its top_logprobs most likely alternatives,
+  // 0..kMaxTopLogprobs), passed before the token: before complete()'s on_token gets it, before chat()'s
+  // on_text gets the text it completes (a token's text may wait for the next tokens of its character).
   LogprobCallback on_logprobs;
   int top_logprobs = 0;
 };
