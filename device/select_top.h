@@ -111,12 +111,17 @@ __device__ inline void bitonic_sort_descending(TokenComposite* items, int padded
   TokenComposite e[kPer];
 #pragma unroll
   for (int r = 0; r < kPer; ++r) e[r] = r < held ? items[first + r] : 0ull;
+  // A warp none of whose threads holds an item sits out the steps without a barrier.
+  const bool warp_idle = kPer * MK_WARP_SIZE * (int(threadIdx.x) / MK_WARP_SIZE) >= padded;
   for (int size = 2; size <= padded; size <<= 1)
     for (int stride = size / 2; stride > 0; stride >>= 1) {
+      if (warp_idle && stride / kPer < MK_WARP_SIZE) continue;
+      static_assert(kPer == 4, "the partners within a thread are written out");
       TokenComposite other[kPer];
-      if (stride < kPer) {
-#pragma unroll
-        for (int r = 0; r < kPer; ++r) other[r] = e[r ^ stride];
+      if (stride == 1) {  // constant indices keep e[] in registers
+        other[0] = e[1], other[1] = e[0], other[2] = e[3], other[3] = e[2];
+      } else if (stride == 2) {
+        other[0] = e[2], other[1] = e[3], other[2] = e[0], other[3] = e[1];
       } else if (stride / kPer < MK_WARP_SIZE) {
 #pragma unroll
         for (int r = 0; r < kPer; ++r) other[r] = shfl_composite(e[r], lane_id() ^ (stride / kPer));
@@ -144,49 +149,68 @@ __device__ inline void bitonic_sort_descending(TokenComposite* items, int padded
 }
 
 // The K (1 <= K <= vocab, K <= kMaxCandidates) largest composites of the `vocab` logits into out[0, K),
-// descending. `out`: room for kSortItems composites of shared memory (the candidates and those of the
-// crossing bin, sorted together). `hist`: kSampleBins words of shared memory; with `first_counted` it
-// already holds the counts of the first digit (logit_key >> 21) over the whole vocabulary (the LM head's
-// blocks counted their rows). `scratch`: kWarps ints. All threads call it; ends in a barrier.
+// descending. `out`: room for kSortItems composites of shared memory. `hist`: kSampleBins words of shared
+// memory; with `first_counted` it already holds the counts of the first digit (logit_key >> 21) over the
+// whole vocabulary (the LM head's blocks counted their rows). `scratch`: kWarps ints. All threads call
+// it; ends in a barrier.
 //
-// Digits are chosen until the bin that crosses the K-th place holds at most kMaxCandidates composites
-// (with the counted first digit, often none is needed); then one pass gathers those above the bin and
-// the bin's (at most K + kMaxCandidates), and one sort puts the K largest first.
+// Digits are chosen over the vocabulary until the bin that crosses the K-th place holds at most
+// kMaxCandidates composites (with the counted first digit, often none is); one pass then gathers those
+// above the bin and the bin's (at most K + kMaxCandidates) into `out`, the bin's remaining digits are
+// chosen there, the K to the front, and only they are sorted.
 template <int kInFlight>
 __device__ void select_top_composites(const float* logits, int vocab, int K, uint32_t* hist, bool first_counted,
                                       TokenComposite* out, int* scratch) {
   __shared__ int crossing_bin, still_needed, gathered;
   __shared__ uint32_t crossing_count;
-  // The composite's digits from the top: the logit key's (bits 63..32), then the id's complement's.
-  constexpr int kShift[6] = {53, 42, 32, 22, 11, 0}, kWidth[6] = {11, 11, 10, 10, 11, 11};
   static_assert(kSampleBins == 2048, "the widest digit has 11 bits");
-  static_assert(kMaxCandidates * 2 <= kSortItems, "the candidates and a crossing bin of as many sort together");
+  static_assert(kMaxCandidates * 2 <= kSortItems, "the candidates and a crossing bin of as many are gathered together");
+  // The composite's digits from the top: the logit key's (bits 63..32), then the id's complement's. Their
+  // shifts (53, 42, 32, 22, 11, 0) a byte each, so that no array is indexed at run time (local memory).
+  constexpr uint64_t kShifts = 0x00'0b'16'20'2a'35ull;
+  const auto shift_of = [&](int d) { return int((kShifts >> (8 * d)) & 0xff); };
+  const auto bins_of = [&](int d) { return 1u << (d == 2 || d == 3 ? 10 : 11); };
   const int id_bits = vocab > 1 ? 32 - __clz(vocab - 1) : 1;  // the bits any id can have set
   TokenComposite prefix = 0, mask = 0;  // the digits chosen so far, and where they are
   int remaining = K;                    // how many of those with `prefix` are still needed
-  for (int d = 0; d < 6; ++d) {
-    const int shift = kShift[d];
-    const uint32_t bins = 1u << kWidth[d];
-    const TokenComposite digit = TokenComposite(bins - 1) << shift;
-    if (shift < 32 && shift >= id_bits) {  // the id's complement has ones there, whatever the id
-      prefix |= digit, mask |= digit;
-      continue;
+  int d = 0;                            // the next digit
+  // Digits the id's complement has as ones whatever the id (above the largest id) need no pass.
+  const auto skip_known_digits = [&] {
+    while (shift_of(d) < 32 && shift_of(d) >= id_bits) {
+      const TokenComposite digit = TokenComposite(bins_of(d) - 1) << shift_of(d);
+      prefix |= digit, mask |= digit, ++d;
     }
-    if (d > 0 || !first_counted) {
+  };
+  // Digit d from the counts in `hist` (counted: each(f) called f with every candidate): the bin crossing
+  // the K-th place joins the prefix; returns its count.
+  const auto choose = [&](bool counted, auto&& each) {
+    const int shift = shift_of(d);
+    const uint32_t bins = bins_of(d);
+    if (!counted) {
       for (uint32_t b = threadIdx.x; b < bins; b += kThreads) hist[b] = 0;
       __syncthreads();
-      const uint32_t key_mask = uint32_t(mask >> 32), key_prefix = uint32_t(prefix >> 32);
-      for_each_logit_key<kInFlight>(logits, vocab, [&](int i, uint32_t key) {
-        if ((key & key_mask) != key_prefix) return;  // the key's test first: 32 bits
-        const TokenComposite c = key_composite(key, i);
+      each([&](TokenComposite c) {
         if ((c & mask) == prefix) atomicAdd(hist + (uint32_t(c >> shift) & (bins - 1)), 1u);
       });
     }
     __syncthreads();
     find_crossing_bin(hist, int(bins), remaining, scratch, &crossing_bin, &still_needed, &crossing_count);
-    prefix |= TokenComposite(crossing_bin) << shift, mask |= digit;
+    prefix |= TokenComposite(crossing_bin) << shift, mask |= TokenComposite(bins - 1) << shift;
     remaining = still_needed;
-    if (crossing_count <= uint32_t(kMaxCandidates)) break;  // always so by the last digit (a count of 1)
+    ++d;
+    return crossing_count;
+  };
+  const auto each_logit = [&](auto&& f) {
+    const uint32_t key_mask = uint32_t(mask >> 32), key_prefix = uint32_t(prefix >> 32);
+    for_each_logit_key<kInFlight>(logits, vocab, [&](int i, uint32_t key) {
+      if ((key & key_mask) == key_prefix) f(key_composite(key, i));  // the key's test first: 32 bits
+    });
+  };
+  // Over the vocabulary until the crossing bin is small (by the last digit it holds one composite).
+  uint32_t count = choose(first_counted, each_logit);
+  while (count > uint32_t(kMaxCandidates)) {
+    skip_known_digits();
+    count = choose(false, each_logit);
   }
   // Those above the crossing bin (K - remaining) and the bin's: (c & mask) >= prefix.
   if (threadIdx.x == 0) gathered = 0;
@@ -199,9 +223,33 @@ __device__ void select_top_composites(const float* logits, int vocab, int K, uin
   });
   __syncthreads();
   const int n = gathered;
+  if (n > K) {
+    // The crossing bin's remaining digits over the gathered ones, then the K at or above the prefix to
+    // the front (each thread's items read before any is written).
+    const auto each_gathered = [&](auto&& f) {
+      for (int i = threadIdx.x; i < n; i += kThreads) f(out[i]);
+    };
+    while (count != uint32_t(remaining)) {
+      skip_known_digits();
+      count = choose(false, each_gathered);
+    }
+    static_assert(kSortItems == 4 * kThreads, "four gathered items a thread");
+    TokenComposite mine[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = int(threadIdx.x) + j * kThreads;
+      mine[j] = i < n ? out[i] : 0ull;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) gathered = 0;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      if (int(threadIdx.x) + j * kThreads < n && (mine[j] & mask) >= prefix) out[atomicAdd(&gathered, 1)] = mine[j];
+  }
   int padded = 1;
-  while (padded < n) padded <<= 1;
-  for (int i = n + int(threadIdx.x); i < padded; i += kThreads) out[i] = 0ull;
+  while (padded < K) padded <<= 1;
+  for (int i = K + int(threadIdx.x); i < padded; i += kThreads) out[i] = 0ull;
   __syncthreads();
   bitonic_sort_descending(out, padded);
 }

@@ -577,6 +577,29 @@ TEST(CapiCppWrapper, ModelSessionAndErrors) {
   EXPECT_THROW(session.generate("x", p, [](std::string_view) -> bool { throw std::logic_error("mine"); }), std::logic_error);
   session.reset();
   EXPECT_EQ(session.stats().context_tokens, 0);
+
+  // Options: a +100 bias decides every token; records until the callback says stop; its exception
+  // comes out of generate_with_options.
+  monokernel::GenerateOptions opt;
+  opt.params.max_tokens = 8;
+  const int32_t forced = model.tokenize("x").at(0);
+  opt.logit_bias = {{forced, 100.0f}};
+  opt.top_logprobs = 3;
+  std::vector<monokernel::TokenLogprobs> records;
+  opt.on_logprobs = [&](const monokernel::TokenLogprobs& r) {
+    records.push_back(r);
+    return records.size() < 3;
+  };
+  session.generate_with_options({{"user", "Hi"}}, opt);
+  ASSERT_GE(records.size(), 3u);
+  EXPECT_LE(records.size(), 4u);  // the stop lands at the next token
+  for (const auto& r : records) {
+    EXPECT_EQ(r.token, forced);
+    EXPECT_EQ(r.top_count, 3);
+  }
+  EXPECT_EQ(session.stats().last_stop, MK_STOP_CANCELLED);
+  opt.on_logprobs = [](const monokernel::TokenLogprobs&) -> bool { throw std::logic_error("records"); };
+  EXPECT_THROW(session.generate_with_options({{"user", "Hi"}}, opt), std::logic_error);
 }
 
 }  // namespace

@@ -43,6 +43,18 @@ struct GenerateParams : mk_generate_params {
 };
 
 using Stats = mk_stats;
+using TokenLogprobs = mk_token_logprobs;
+// A reply token's record (mk_logprobs_callback); return false to stop the reply.
+using LogprobsCallback = std::function<bool(const TokenLogprobs&)>;
+
+// mk_generate_options, owning its bias list.
+struct GenerateOptions {
+  GenerateParams params;
+  std::vector<mk_logit_bias> logit_bias;  // (token, bias) pairs, bias in [-100, 100]
+  float frequency_penalty = 0.0f, presence_penalty = 0.0f;  // [-2, 2]
+  int top_logprobs = 0;                   // alternatives in each record, 0..MK_MAX_TOP_LOGPROBS
+  LogprobsCallback on_logprobs;           // empty: no records
+};
 
 struct Message {
   std::string role, content;
@@ -125,8 +137,29 @@ class Session {
                        const TextCallback& on_text = {}) {
     std::vector<mk_message> list;
     for (const Message& m : messages) list.push_back({m.role.c_str(), m.content.c_str()});
-    Call call{on_text, {}, {}};
+    Call call{on_text, {}, {}, nullptr};
     const mk_status s = mk_generate_messages(handle_, list.data(), list.size(), &params, &Session::trampoline, &call);
+    if (call.error) std::rethrow_exception(call.error);
+    check(s);
+    return call.reply;
+  }
+
+  // One turn with GenerateOptions (mk_generate_with_options).
+  std::string generate_with_options(const std::vector<Message>& messages, const GenerateOptions& options,
+                                    const TextCallback& on_text = {}) {
+    std::vector<mk_message> list;
+    for (const Message& m : messages) list.push_back({m.role.c_str(), m.content.c_str()});
+    mk_generate_options o;
+    mk_generate_options_init(&o);
+    o.params = options.params;
+    o.logit_bias = options.logit_bias.data();
+    o.logit_bias_count = options.logit_bias.size();
+    o.frequency_penalty = options.frequency_penalty;
+    o.presence_penalty = options.presence_penalty;
+    o.top_logprobs = options.top_logprobs;
+    Call call{on_text, {}, {}, options.on_logprobs ? &options.on_logprobs : nullptr};
+    if (call.on_logprobs) o.on_logprobs = &Session::logprobs_trampoline, o.logprobs_user = &call;
+    const mk_status s = mk_generate_with_options(handle_, list.data(), list.size(), &o, &Session::trampoline, &call);
     if (call.error) std::rethrow_exception(call.error);
     check(s);
     return call.reply;
@@ -146,7 +179,18 @@ class Session {
     const TextCallback& on_text;
     std::string reply;
     std::exception_ptr error;
+    const LogprobsCallback* on_logprobs = nullptr;
   };
+
+  static int logprobs_trampoline(const mk_token_logprobs* record, void* user) {
+    auto* call = static_cast<Call*>(user);
+    try {
+      return (*call->on_logprobs)(*record) ? 0 : 1;
+    } catch (...) {  // never unwind through the C library
+      call->error = std::current_exception();
+      return 1;
+    }
+  }
 
   static int trampoline(const char* text, size_t length, void* user) {
     auto* call = static_cast<Call*>(user);

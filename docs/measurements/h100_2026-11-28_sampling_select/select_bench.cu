@@ -33,7 +33,41 @@ __global__ void __launch_bounds__(512, 1) run_sample(const float* logits, int vo
   if (threadIdx.x == 0) { ns[0] = t1 - t0; *tok = t; }
 }
 
+__global__ void __launch_bounds__(512, 1) run_sort(int padded, unsigned long long* ns, TokenComposite* out) {
+  extern __shared__ float smem[];
+  TokenComposite* items = reinterpret_cast<TokenComposite*>(smem);
+  for (int i = threadIdx.x; i < padded; i += kThreads) items[i] = mix64(i + 1);
+  __syncthreads();
+  unsigned long long t0 = global_timer_ns();
+  bitonic_sort_descending(items, padded);
+  unsigned long long t1 = global_timer_ns();
+  uint32_t* hist = reinterpret_cast<uint32_t*>(items + padded);
+  for (int b = threadIdx.x; b < kSampleBins; b += kThreads) hist[b] = b % 7;
+  __syncthreads();
+  __shared__ int bin, still; __shared__ uint32_t count; __shared__ int scratch[32];
+  unsigned long long t2 = global_timer_ns();
+  find_crossing_bin(hist, 2048, 1000, scratch, &bin, &still, &count);
+  unsigned long long t3 = global_timer_ns();
+  if (threadIdx.x == 0) { ns[0] = t1 - t0; ns[1] = t3 - t2; }
+  for (int i = threadIdx.x; i < padded; i += kThreads) out[i] = items[i];
+}
+
 int main() {
+  {
+    TokenComposite* d_o; unsigned long long* d_n; cudaMalloc(&d_o, 8 * 2048); cudaMalloc(&d_n, 16);
+    cudaFuncSetAttribute(run_sort, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    for (int padded : {64, 256, 1024, 2048}) {
+      std::vector<unsigned long long> a, b;
+      for (int rep = 0; rep < 7; ++rep) {
+        run_sort<<<1, kThreads, 64 * 1024>>>(padded, d_n, d_o);
+        unsigned long long ns[2]; cudaMemcpy(ns, d_n, 16, cudaMemcpyDeviceToHost); a.push_back(ns[0]); b.push_back(ns[1]);
+      }
+      std::vector<TokenComposite> o(padded); cudaMemcpy(o.data(), d_o, 8 * padded, cudaMemcpyDeviceToHost);
+      bool sorted = std::is_sorted(o.begin(), o.end(), std::greater<>());
+      std::sort(a.begin(), a.end()); std::sort(b.begin(), b.end());
+      printf("sort %4d: %6.1f us (sorted %d); find_crossing_bin %5.1f us\n", padded, a[3] / 1000.0, sorted, b[3] / 1000.0);
+    }
+  }
   struct Case { const char* name; int vocab; int K; int kind; };
   Case cases[] = {{"normal 128256 K1024", 128256, 1024, 0}, {"normal 128256 K40", 128256, 40, 0}, {"normal 151936 K1024", 151936, 1024, 0},
                   {"normal 262144 K1024", 262144, 1024, 0}, {"coarse ties 128256 K1024", 128256, 1024, 1}, {"all equal 128256 K1024", 128256, 1024, 2},
