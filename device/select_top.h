@@ -64,7 +64,7 @@ __device__ __forceinline__ void for_each_logit_key(const float* logits, int voca
 // it; `scratch`: kWarps ints of shared memory. Ends in a barrier.
 __device__ inline void find_crossing_bin(const uint32_t* hist, int bins, int need, int* scratch, int* bin, int* still,
                                          uint32_t* count) {
-  const int per = bins / kThreads;  // the digits are 10 or 11 bits: at least 2 bins a thread
+  const int per = bins / kThreads;  // the digits are 10 to 12 bits: at least 2 bins a thread
   const int top = bins - per * int(threadIdx.x);  // this thread's run: [top - per, top)
   int local = 0;
   for (int j = 1; j <= per; ++j) local += int(hist[top - j]);
@@ -150,7 +150,7 @@ __device__ inline void bitonic_sort_descending(TokenComposite* items, int padded
 
 // The K (1 <= K <= vocab, K <= kMaxCandidates) largest composites of the `vocab` logits into out[0, K),
 // descending. `out`: room for kSortItems composites of shared memory. `hist`: kSampleBins words of shared
-// memory; with `first_counted` it already holds the counts of the first digit (logit_key >> 21) over the
+// memory; with `first_counted` it already holds the counts of the first digit (first_digit) over the
 // whole vocabulary (the LM head's blocks counted their rows). `scratch`: kWarps ints. All threads call
 // it; ends in a barrier.
 //
@@ -163,13 +163,14 @@ __device__ void select_top_composites(const float* logits, int vocab, int K, uin
                                       TokenComposite* out, int* scratch) {
   __shared__ int crossing_bin, still_needed, gathered;
   __shared__ uint32_t crossing_count;
-  static_assert(kSampleBins == 2048, "the widest digit has 11 bits");
+  static_assert(kFirstDigitBits == 12, "the digits below add up to 64 bits after a first one of 12");
   static_assert(kMaxCandidates * 2 <= kSortItems, "the candidates and a crossing bin of as many are gathered together");
-  // The composite's digits from the top: the logit key's (bits 63..32), then the id's complement's. Their
-  // shifts (53, 42, 32, 22, 11, 0) a byte each, so that no array is indexed at run time (local memory).
-  constexpr uint64_t kShifts = 0x00'0b'16'20'2a'35ull;
+  // The composite's digits from the top: the logit key's (12, 10 and 10 bits), then the id's complement's
+  // (10, 11, 11). Their shifts (52, 42, 32, 22, 11, 0) a byte each, so that no array is indexed at run
+  // time (local memory).
+  constexpr uint64_t kShifts = 0x00'0b'16'20'2a'34ull;
   const auto shift_of = [&](int d) { return int((kShifts >> (8 * d)) & 0xff); };
-  const auto bins_of = [&](int d) { return 1u << (d == 2 || d == 3 ? 10 : 11); };
+  const auto bins_of = [&](int d) { return 1u << (d == 0 ? 12 : d <= 3 ? 10 : 11); };
   const int id_bits = vocab > 1 ? 32 - __clz(vocab - 1) : 1;  // the bits any id can have set
   TokenComposite prefix = 0, mask = 0;  // the digits chosen so far, and where they are
   int remaining = K;                    // how many of those with `prefix` are still needed
@@ -261,7 +262,7 @@ __device__ inline void count_first_digit(const float* logits, uint32_t begin, ui
   __syncthreads();  // the block's logits are written, and `hist` is free
   for (int b = threadIdx.x; b < kSampleBins; b += kThreads) hist[b] = 0;
   __syncthreads();
-  for (uint32_t r = begin + threadIdx.x; r < end; r += kThreads) atomicAdd(hist + (logit_key(logits[r]) >> 21), 1u);
+  for (uint32_t r = begin + threadIdx.x; r < end; r += kThreads) atomicAdd(hist + first_digit(logit_key(logits[r])), 1u);
   __syncthreads();
   for (int b = threadIdx.x; b < kSampleBins; b += kThreads)
     if (hist[b] != 0) atomicAdd(counts + b, hist[b]);

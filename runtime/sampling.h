@@ -27,9 +27,12 @@
 namespace mk {
 
 inline constexpr int kMaxCandidates = 1024;
-// The candidates are found by a radix select whose widest digit has 11 bits (device/select_top.h); the
-// LM head counts the first digit's values (KernelParams::lm_key_counts).
-inline constexpr int kSampleBins = 2048;
+// The candidates are found by a radix select over logit keys (device/select_top.h) whose first digit,
+// the key's top 12 bits (an eighth of an octave of logit), the LM head counts as it makes the logits
+// (KernelParams::lm_key_counts): fine enough that the bin crossing the 1,024th place usually holds few
+// enough logits to be gathered in one pass.
+inline constexpr int kFirstDigitBits = 12;
+inline constexpr int kSampleBins = 1 << kFirstDigitBits;
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0: greedy
@@ -174,6 +177,7 @@ MK_HD_INLINE uint32_t logit_key(float f) {
   std::memcpy(&u, &f, sizeof(u));
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+MK_HD_INLINE uint32_t first_digit(uint32_t key) { return key >> (32 - kFirstDigitBits); }
 MK_HD_INLINE TokenComposite key_composite(uint32_t key, int32_t id) { return TokenComposite(key) << 32 | (0xffffffffu - uint32_t(id)); }
 MK_HD_INLINE TokenComposite token_composite(float logit, int32_t id) { return key_composite(logit_key(logit), id); }
 MK_HD_INLINE int32_t composite_id(TokenComposite c) { return int32_t(0xffffffffu - uint32_t(c & 0xffffffffull)); }

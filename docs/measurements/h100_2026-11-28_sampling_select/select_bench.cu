@@ -71,7 +71,7 @@ int main() {
   struct Case { const char* name; int vocab; int K; int kind; };
   Case cases[] = {{"normal 128256 K1024", 128256, 1024, 0}, {"normal 128256 K40", 128256, 40, 0}, {"normal 151936 K1024", 151936, 1024, 0},
                   {"normal 262144 K1024", 262144, 1024, 0}, {"coarse ties 128256 K1024", 128256, 1024, 1}, {"all equal 128256 K1024", 128256, 1024, 2},
-                  {"small 1000 K1000", 1000, 1000, 0}, {"odd 128257 K1024", 128257, 1024, 3}, {"ninf most 128256 K1024", 128256, 1024, 4}, {"normal 128256 K1", 128256, 1, 0}, {"narrow 128256 K1024", 128256, 1024, 5}, {"narrow 262144 K1024", 262144, 1024, 5}};
+                  {"small 1000 K1000", 1000, 1000, 0}, {"odd 128257 K1024", 128257, 1024, 3}, {"ninf most 128256 K1024", 128256, 1024, 4}, {"normal 128256 K1", 128256, 1, 0}, {"narrow 128256 K1024", 128256, 1024, 5}, {"sigma 0.9 128256 K1024", 128256, 1024, 6}, {"narrow 262144 K1024", 262144, 1024, 5}};
   float* d_logits; TokenComposite *d_b; unsigned long long* d_ns; int* d_tok;
   cudaMalloc(&d_logits, 262144 * 4 + 64); cudaMalloc(&d_b, 8 * 1024); cudaMalloc(&d_ns, 64); cudaMalloc(&d_tok, 4);
   uint32_t* d_counts; cudaMalloc(&d_counts, 4 * kSampleBins); cudaMemset(d_counts, 0, 4 * kSampleBins);
@@ -91,6 +91,7 @@ int main() {
       if (c.kind == 2) v = 1.5f;
       if (c.kind == 4) v = (i % 200 == 0) ? v : -INFINITY;
       if (c.kind == 5) v = 5.f + v * 0.05f;
+      if (c.kind == 6) v = v * 0.3f;
       l[i] = v;
     }
     cudaMemcpy(d_logits, l.data(), c.vocab * 4, cudaMemcpyHostToDevice);

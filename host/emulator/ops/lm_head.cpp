@@ -34,7 +34,7 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   }
   if (!s.run.sampling.greedy()) {  // the first digit's counts for the sample's select (device/select_top.h)
     uint32_t* counts = s.accumulate(c, s.lm_key_counts, 0, size_t(kSampleBins));
-    for (uint32_t r = in.begin; r < in.end; ++r) ++counts[logit_key(out[r - in.begin]) >> 21];
+    for (uint32_t r = in.begin; r < in.end; ++r) ++counts[first_digit(logit_key(out[r - in.begin]))];
   }
   *s.write(c, s.lm_best_value, in.slot, in.slot + 1) = best;
   *s.write(c, s.lm_best_index, in.slot, in.slot + 1) = best_index;
