@@ -153,7 +153,7 @@ struct SampleOp : OpDefaults {
 
   // The record of `token` for the host (runtime/sampling.h's TokenLogprobs) with `top` alternatives,
   // from the LM head blocks' partials (device/top_tokens.h): their log-sum-exps merged, and the `top`
-  // largest of their top lists. Not inlined, as select_candidates.
+  // largest of their top lists. Not inlined, as sample_candidates.
   __device__ __noinline__ static void write_logprobs(const float* logits, const float* block_lse, const TokenComposite* block_top_lists,
                                                      int slots, float* smem, TokenLogprobs* r, const int32_t token, const int top) {
     LogSumExp l;

@@ -96,17 +96,14 @@ mk_stop_reason stop_of(mk::StopReason r) {
   return MK_STOP_NONE;
 }
 
-mk::TurnParams turn_params(const mk_generate_params* p) {
-  mk_generate_params d;
-  mk_generate_params_init(&d);
-  if (!p) p = &d;
+mk::TurnParams turn_params(const mk_generate_params& p) {
   mk::TurnParams t;
-  t.max_tokens = p->max_tokens;
-  t.sampling.temperature = p->temperature;
-  t.sampling.top_k = p->top_k;
-  t.sampling.top_p = p->top_p;
-  t.sampling.min_p = p->min_p;
-  t.sampling.seed = p->seed;
+  t.max_tokens = p.max_tokens;
+  t.sampling.temperature = p.temperature;
+  t.sampling.top_k = p.top_k;
+  t.sampling.top_p = p.top_p;
+  t.sampling.min_p = p.min_p;
+  t.sampling.seed = p.seed;
   return t;
 }
 
@@ -128,7 +125,7 @@ mk_generate_options options_of(const mk_generate_options* given) {
 }
 
 mk::TurnParams turn_params(const mk_generate_options& o) {
-  mk::TurnParams t = turn_params(&o.params);
+  mk::TurnParams t = turn_params(o.params);
   if (o.logit_bias_count > 0 && !o.logit_bias)
     invalid(fmt::format("mk_generate_options: logit_bias is NULL with logit_bias_count {}", o.logit_bias_count));
   if (o.logit_bias_count > mk::kMaxLogitBiasEntries)  // before copying a count that large
