@@ -19,11 +19,14 @@
 #include "device/gpu_backend.h"
 #include "device/measure/topology_probe.h"
 #include "host/tools/cli_checks.h"
+#include "host/tools/constraint_options.h"
 #include "host/tools/tool_main.h"
 #include "runtime/error.h"
 #include "runtime/limits.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
+#include "runtime/token_vocabulary.h"
+#include "runtime/tokenizer.h"
 #include "runtime/weight_layout.h"
 #include "topology/sync_grouping.h"
 
@@ -274,6 +277,12 @@ int run(int argc, char** argv) {
   app.add_option("--presence-penalty", presence_penalty, "the timed tokens' presence penalty (-2..2)")
       ->capture_default_str()
       ->check(CLI::Range(-mk::kMaxPenalty, mk::kMaxPenalty));
+  mk::cli::ConstraintFlags constraint_flags;
+  mk::cli::add_constraint_options(app, constraint_flags);
+  std::string tokenizer_dir;
+  app.add_option("--tokenizer", tokenizer_dir,
+                 "with a constraint: the directory of the tokenizer.json it is compiled against (default: -m's; a preset "
+                 "needs one of its vocabulary size)");
   int splits = 0;
   app.add_option("--splits", splits, "attention splits per kv head (0: the schedule's default)")->capture_default_str();
   std::string attention_path = "auto";
@@ -327,6 +336,19 @@ int run(int argc, char** argv) {
   // stop a timed run early (Gemma 3's EOS is id 1, which random weights pick).
   if (no_waits || model_dir.empty()) model->config.eos_token_ids.clear();
   opt.random_weights_seed = model_dir.empty() ? 1234 : 0;
+  // The timed tokens' constraint (docs/structured_output.md), against the model's EOS ids (none for a preset:
+  // the constraint must then run for all -n tokens, or the run fails saying so).
+  std::shared_ptr<const mk::constraint::TokenAutomaton> constraint;
+  double constraint_compile_ms = 0;
+  if (const mk::constraint::ConstraintSpec spec = mk::cli::constraint_spec(constraint_flags); spec.active()) {
+    const std::string dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
+    if (dir.empty()) mk::cli::usage_error("{} on a preset needs --tokenizer DIR", mk::cli::constraint_flag_name(constraint_flags));
+    const mk::Tokenizer tok = mk::Tokenizer::load(dir);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto vocabulary = mk::constraint::token_vocabulary(tok, model->config.vocab_size, model->config.eos_token_ids);
+    constraint = mk::constraint::compile_token_constraint(spec, vocabulary, mk::cli::constraint_flag_name(constraint_flags));
+    constraint_compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   opt.profile = profile;
   opt.trace_step = trace_step;
   opt.attention_splits = splits;
@@ -378,9 +400,12 @@ int run(int argc, char** argv) {
       req.adjust.frequency_penalty = frequency_penalty;
       req.adjust.presence_penalty = presence_penalty;
       if (logprobs >= 0) req.top_logprobs = logprobs, req.on_logprobs = [](const mk::TokenLogprobs&) {};
+      req.constraint = constraint;
       const auto result = gpu->generate(req, {});
       const auto& t = gpu->profile().token_seconds;
-      if (int(t.size()) != tokens) mk::fail("expected {} tokens, got {} ({})", tokens, t.size(), mk::stop_reason_name(result.stop));
+      if (int(t.size()) != tokens)
+        mk::fail("expected {} tokens, got {} ({}){}", tokens, t.size(), mk::stop_reason_name(result.stop),
+                 constraint ? ": the constraint was complete before -n tokens; time one that runs longer" : "");
       if (rep == 0) continue;
       r.ms_per_token.push_back((t.back() - t.front()) / double(tokens - 1) * 1e3);
       if (profile) {
@@ -461,6 +486,11 @@ int run(int argc, char** argv) {
     j["sampling"] = {{"temperature", sampling.temperature}, {"top_k", sampling.top_k}, {"top_p", sampling.top_p}, {"min_p", sampling.min_p}};
     j["logprobs"] = logprobs;
     j["penalties"] = {{"frequency", frequency_penalty}, {"presence", presence_penalty}};
+    if (constraint)
+      j["constraint"] = {{"flag", mk::cli::constraint_flag_name(constraint_flags)},
+                         {"token_states", constraint->token_states},
+                         {"table_bytes", constraint->device_bytes()},
+                         {"compile_ms", constraint_compile_ms}};
     j["engine"] = gpu->name();
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;

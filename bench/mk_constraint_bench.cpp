@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   try {
     const Tokenizer tok = Tokenizer::load(tokenizer_dir);
     auto t0 = Clock::now();
-    const auto vocab = constraint::token_vocabulary(tok);
+    const auto vocab = constraint::token_vocabulary(tok, int(tok.vocab_size()), tok.eos_ids());
     const double vocab_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::ifstream in(schemas_path);
     if (!in) fail("{}: cannot open file", schemas_path);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <optional>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "runtime/host_memory.h"
 #include "runtime/limits.h"
 #include "runtime/step_recipe.h"
+#include "runtime/token_automaton.h"
 #include "runtime/schedule.h"
 #include "runtime/quantize.h"
 #include "runtime/schedule_diagnostics.h"
@@ -50,6 +52,10 @@ struct DeviceBuffer {
   }
   // A hung kernel may still use it: hipFree would wait for the kernel (forever), so it is left allocated.
   void abandon() { ptr = nullptr; }
+  void release() {
+    if (ptr) (void)hipFree(ptr);
+    ptr = nullptr, bytes = 0;
+  }
   void allocate(size_t n, const char* what) {
     bytes = std::max<size_t>(n, 16);
     const hipError_t err = hipMalloc(&ptr, bytes);
@@ -298,6 +304,48 @@ class MonokernelBackend final : public GpuBackend {
       p.out_logprobs = static_cast<TokenLogprobs*>(logprobs_.device);
       p.top_logprobs = std::min(req.top_logprobs, cfg_.vocab_size);
     }
+    if (req.constraint) {
+      upload_constraint(req.constraint);
+      p.constraint = constraint_tables_;
+      const int32_t start = req.constraint->dfa.start;
+      MK_GPU_CHECK(hipMemcpy(state_.constraint_state.ptr, &start, sizeof(start), hipMemcpyHostToDevice));
+    }
+  }
+
+  // The constraint's tables into one allocation (runtime/token_automaton.h), unless they are there already.
+  void upload_constraint(const std::shared_ptr<const constraint::TokenAutomaton>& a) {
+    if (a == constraint_) return;
+    constraint_.reset();
+    constraint_memory_.release();
+    const constraint::TokenVocabulary& v = *a->vocabulary;
+    struct Piece {
+      const void* data;
+      size_t bytes;
+    };
+    const Piece pieces[] = {{a->masks.data(), a->masks.size() * sizeof(uint32_t)},
+                            {a->state_mask.data(), a->state_mask.size() * sizeof(int32_t)},
+                            {a->state_end.data(), a->state_end.size()},
+                            {a->dfa.next.data(), a->dfa.next.size() * sizeof(int32_t)},
+                            {a->dfa.byte_class, sizeof(a->dfa.byte_class)},
+                            {v.all_bytes().data(), v.all_bytes().size()},
+                            {v.offsets().data(), v.offsets().size() * sizeof(uint32_t)}};
+    size_t offsets[std::size(pieces)], total = 0;
+    for (size_t i = 0; i < std::size(pieces); ++i) offsets[i] = total, total += (pieces[i].bytes + 15) & ~size_t(15);
+    constraint_memory_.allocate(total, "the constraint's token tables");
+    auto* base = static_cast<uint8_t*>(constraint_memory_.ptr);
+    for (size_t i = 0; i < std::size(pieces); ++i)
+      if (pieces[i].bytes) MK_GPU_CHECK(hipMemcpy(base + offsets[i], pieces[i].data, pieces[i].bytes, hipMemcpyHostToDevice));
+    dev::ConstraintTables& t = constraint_tables_;
+    t.masks = reinterpret_cast<const uint32_t*>(base + offsets[0]);
+    t.state_mask = reinterpret_cast<const int32_t*>(base + offsets[1]);
+    t.state_end = base + offsets[2];
+    t.next = reinterpret_cast<const int32_t*>(base + offsets[3]);
+    t.byte_class = base + offsets[4];
+    t.token_bytes = base + offsets[5];
+    t.token_offsets = reinterpret_cast<const uint32_t*>(base + offsets[6]);
+    t.classes = a->dfa.classes;
+    t.mask_words = a->mask_words;
+    constraint_ = a;
   }
 
   // The kernel stopped at a step whose logits held a NaN or an infinity, without a token (device/ops/
@@ -358,7 +406,8 @@ class MonokernelBackend final : public GpuBackend {
   ~MonokernelBackend() override {
     if (lost_) {  // the hung kernel still runs: freeing what it uses would wait for it forever
       for (DeviceBuffer* b : {&weights_, &layers_, &instrs_, &stream_records_, &wg_begin_, &rope_, &counters_, &unit_domain_, &stop_flag_,
-                              &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &layer_attention_})
+                              &profile_, &workgroup_unit_, &trace_, &chunk_instrs_, &chunk_wg_begin_, &layer_attention_,
+                              &constraint_memory_})
         b->abandon();
 #define MK_ABANDON(NAME, TYPE, ELEMENTS, CELL, WHAT) state_.NAME.abandon();
       MK_DECODE_BUFFERS(MK_ABANDON)
@@ -604,6 +653,7 @@ class MonokernelBackend final : public GpuBackend {
         if (on_logprobs) {  // written before the token's count was published
           TokenLogprobs record;
           std::memcpy(&record, static_cast<const TokenLogprobs*>(logprobs_.host) + published, sizeof(record));
+          record.drop_impossible();
           on_logprobs(record);
         }
         const int32_t token = out_tokens()[published++];
@@ -769,6 +819,10 @@ class MonokernelBackend final : public GpuBackend {
   } state_;
   MappedHostBuffer channel_;
   MappedHostBuffer logprobs_;  // TokenLogprobs records of a launch that asked for them (grown as needed)
+  // The tables of the last constraint a launch used (kept for the next request that uses it again).
+  std::shared_ptr<const constraint::TokenAutomaton> constraint_;
+  DeviceBuffer constraint_memory_;
+  dev::ConstraintTables constraint_tables_{};
   size_t channel_bytes_ = 0, tokens_offset_ = 0, times_offset_ = 0, progress_offset_ = 0, cancel_offset_ = 0;
   dev::KernelParams base_params_{};
   GpuRunProfile profile_result_;

@@ -232,6 +232,20 @@ struct HostChannel {
 
 inline constexpr uint32_t kProgressChunk = 0x80000000u, kProgressPrefillGate = 0xfffffffeu;
 
+// A constraint's device tables (runtime/token_automaton.h): the LM head sets each logit whose token the
+// state's set does not allow to -inf; the sample op moves the state along the sampled token's bytes
+// through the DFA and stops where the state is an end. Null masks: no constraint.
+struct ConstraintTables {
+  const uint32_t* masks;          // [sets][mask_words]
+  const int32_t* state_mask;      // per DFA state, its set
+  const uint8_t* state_end;       // per DFA state: complete, nothing but EOS left
+  const int32_t* next;            // [state * classes + class], -1 where the DFA rejects
+  const uint8_t* byte_class;      // [256]
+  const uint8_t* token_bytes;     // token t's bytes: [token_offsets[t], token_offsets[t + 1])
+  const uint32_t* token_offsets;  // [vocab + 1]
+  int classes, mask_words;
+};
+
 struct KernelParams {
   // Schedule.
   const Instr* instrs;
@@ -316,6 +330,8 @@ struct KernelParams {
   // token's record (top_logprobs alternatives) before it publishes the token.
   int top_logprobs;
   TokenLogprobs* out_logprobs;
+  // With masks set, constrained decoding (runtime/token_automaton.h; constraint_state is a decode buffer).
+  ConstraintTables constraint;
 };
 
 // The RoPE cos row of position `pos` in a layer's table (its sin row follows context * hd/2 floats on).

@@ -85,6 +85,7 @@ __device__ void block_top(int n, Value value, int top, TokenComposite* scratch, 
 struct LogSumExp {
   float max = -INFINITY, sum = 0.0f;
   __device__ void add(float v) {
+    if (v == -INFINITY) return;  // a token a constraint masks: no weight (and no exp(-inf - -inf))
     if (v > max) sum = sum * __expf(max - v) + 1.0f, max = v;
     else sum += __expf(v - max);
   }

@@ -1,5 +1,7 @@
 #include "runtime/decode_backend.h"
 
+#include "runtime/token_automaton.h"
+
 
 namespace mk {
 
@@ -25,6 +27,9 @@ void check_request(const GenerateRequest& req, int vocab) {
   // The one sampling rule (runtime/sampling.h), reported as a bad request.
   if (std::string e = sampling_error(req.sampling, {}); !e.empty()) throw RequestError("generate: " + e);
   if (std::string e = logit_adjustments_error(req.adjust, vocab); !e.empty()) throw RequestError("generate: " + e);
+  if (req.constraint && req.constraint->vocabulary->size() != vocab)
+    throw RequestError(fmt::format("generate: the constraint was compiled for a vocabulary of {} tokens; the model has {}",
+                                   req.constraint->vocabulary->size(), vocab));
   if (req.top_logprobs < 0 || req.top_logprobs > kMaxTopLogprobs)
     throw RequestError(fmt::format("generate: top_logprobs must be between 0 and {} (got {})", kMaxTopLogprobs, req.top_logprobs));
 }

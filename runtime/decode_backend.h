@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@
 
 namespace mk {
 
+namespace constraint {
+struct TokenAutomaton;  // runtime/token_automaton.h
+}
+
+// Eos: an EOS token, or a constraint that is complete (GenerateRequest::constraint).
 enum class StopReason { None, Eos, MaxTokens, Cancelled, ContextFull };
 const char* stop_reason_name(StopReason r);
 
@@ -28,6 +34,11 @@ struct GenerateRequest {
   // alternatives, passed just before on_token gets the token.
   LogprobCallback on_logprobs;
   int top_logprobs = 0;
+  // When set: the output is constrained (docs/structured_output.md). Each step allows only the tokens of
+  // the automaton's state (the mask comes before temperature, top-k, top-p and min-p, and before the
+  // log-probabilities); the sampled token moves the state; a state that accepts and allows only EOS ends
+  // the generation as an EOS would (StopReason::Eos, no EOS token). The state starts anew each call.
+  std::shared_ptr<const constraint::TokenAutomaton> constraint;
 };
 
 struct GenerateStats {

@@ -94,7 +94,8 @@ struct DecodeShapes {
   X(token_counts, uint32_t, s.vocab, 1, "sampled-token counts (penalties)")                                        \
   X(lm_logsumexp, float, 2 * s.lm_head_slots, 2, "lm_head partial log-sum-exp")                                     \
   X(lm_top, TokenComposite, s.lm_head_slots * kMaxTopLogprobs, kMaxTopLogprobs, "lm_head partial top tokens")      \
-  X(lm_key_counts, uint32_t, kSampleBins, 1, "lm_head counts of the logits' first digit (sampling)")
+  X(lm_key_counts, uint32_t, kSampleBins, 1, "lm_head counts of the logits' first digit (sampling)")            \
+  X(constraint_state, int32_t, 1, 1, "constrained decoding's automaton state")
 
 #define MK_DECODE_BUFFERS(X) \
   MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X)

@@ -9,7 +9,7 @@
 
 namespace mk::constraint {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

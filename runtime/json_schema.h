@@ -1,7 +1,8 @@
 // JSON Schema (the subset OpenAI's strict structured outputs use) and free-form JSON into byte automata
 // whose strings are the JSON texts the schema accepts, written compactly: no white space except one
 // optional space after ':' and ','; properties in the schema's order; no properties beyond `properties`.
-// Every text the automaton accepts validates against the schema (docs/structured_output.md).
+// Every text the automaton accepts validates against the schema (docs/structured_output.md). The schema is
+// an ordered_json: the properties keep the order they were written in.
 //
 // Supported: type (one or a list), properties, required, additionalProperties, enum, const, items,
 // minItems, maxItems, anyOf, $ref to #/$defs/... or #/definitions/... (not recursive), minLength,
@@ -26,6 +27,6 @@ inline constexpr int kMaxNumberDigits = 16;
 Fragment json_object_fragment(Nfa& nfa);
 
 // The JSON texts `schema` accepts. Throws ConstraintError naming the keyword and its JSON pointer.
-Fragment json_schema_fragment(Nfa& nfa, const nlohmann::json& schema);
+Fragment json_schema_fragment(Nfa& nfa, const nlohmann::ordered_json& schema);
 
 }  // namespace mk::constraint

@@ -38,7 +38,7 @@ int32_t sample_token(const std::vector<float>& logits, const SamplingParams& par
   if (params.greedy()) {
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // first maximum
   }
-  const int k = params.candidate_count(vocab);
+  const int k = params.candidate_count(vocab, int(std::count_if(logits.begin(), logits.end(), [](float v) { return v != -INFINITY; })));
   std::vector<int32_t> ids(static_cast<size_t>(vocab));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_logit(logits.data()));

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,8 +42,11 @@ struct SamplingParams {
   float min_p = 0.0f;
   uint64_t seed = 0;
   MK_HD bool greedy() const { return temperature <= 0.0f || top_k == 1; }
-  MK_HD int candidate_count(int vocab) const {
+  // The candidates the rule draws from, among `above_minus_inf` logits that are not -inf (a constraint
+  // masks tokens to -inf): never a masked token, whatever the draw's rounding.
+  MK_HD int candidate_count(int vocab, int above_minus_inf) const {
     int k = (top_k > 0 && top_k <= kMaxCandidates) ? top_k : kMaxCandidates;
+    if (above_minus_inf < vocab) vocab = above_minus_inf > 0 ? above_minus_inf : 1;
     return k < vocab ? k : vocab;
   }
 };
@@ -194,6 +198,11 @@ struct TokenLogprobs {
   int32_t top_count = 0;                   // entries of the two arrays in use: the most likely first,
   int32_t top_ids[kMaxTopLogprobs] = {};   // ties by the lower token id
   float top_logprobs[kMaxTopLogprobs] = {};
+  // The alternatives end before the first of log-probability -inf: tokens a constraint did not allow
+  // are no alternatives (the backends apply it to what the kernel lists).
+  void drop_impossible() {
+    while (top_count > 0 && top_logprobs[top_count - 1] == -std::numeric_limits<float>::infinity()) --top_count;
+  }
 };
 
 // The record of `token` and the `top` (<= kMaxTopLogprobs) most likely tokens of `logits`, computed

@@ -68,9 +68,9 @@ ByteDfa compile_constraint(const ConstraintSpec& spec) {
   switch (spec.kind) {
     case ConstraintSpec::Kind::JsonObject: return determinize(nfa, json_object_fragment(nfa), "json_object");
     case ConstraintSpec::Kind::JsonSchema: {
-      nlohmann::json schema;
+      nlohmann::ordered_json schema;
       try {
-        schema = nlohmann::json::parse(spec.text);
+        schema = nlohmann::ordered_json::parse(spec.text);
       } catch (const nlohmann::json::exception& e) {
         constraint_fail("json_schema: not valid JSON: {}", e.what());
       }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "runtime/byte_automaton.h"
+#include "runtime/constraint_spec.h"
 
 namespace mk::constraint {
 
@@ -49,13 +50,6 @@ class TokenVocabulary {
   std::vector<uint32_t> offsets_;
   std::vector<int32_t> eos_;
   Trie trie_;
-};
-
-// What a request asks its output to be.
-struct ConstraintSpec {
-  enum class Kind { None, JsonObject, JsonSchema, Regex } kind = Kind::None;
-  std::string text;  // the schema's JSON, or the regex
-  bool active() const { return kind != Kind::None; }
 };
 
 // The byte DFA of the spec. Throws ConstraintError naming what is unsupported or too large.

@@ -9,6 +9,8 @@
 
 namespace mk::constraint {
 
-std::shared_ptr<const TokenVocabulary> token_vocabulary(const Tokenizer& tokenizer);
+// `model_vocab` tokens (the LM head's rows): ids past the tokenizer's are never allowed. `eos`: the ids
+// that stop generation (the model's).
+std::shared_ptr<const TokenVocabulary> token_vocabulary(const Tokenizer& tokenizer, int model_vocab, std::vector<int32_t> eos);
 
 }  // namespace mk::constraint

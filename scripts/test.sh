@@ -7,8 +7,9 @@
 #     scripts/gpu_check.sh); without a GPU, checks that mk-bench says there is none
 #  3. builds the CPU targets and runs ctest: unit tests, reference vs emulator vs transformers fixtures,
 #     the dependency checker, the tokenizer against its outside reference, the tools' messages, mk-server
-#     over HTTP (the openai client, malformed requests, load), and the fuzzers of the model file parsers
-#     (safetensors, config, tokenizer, chat template) for a bounded time.
+#     over HTTP (the openai client, malformed requests, load, response_format), structured output's
+#     validity (the shipped model's replies to 1,006 JSON schemas, checked by ajv), and the fuzzers of the
+#     model file parsers (safetensors, config, tokenizer, chat template) for a bounded time.
 # A compile check whose toolchain cannot be installed here is skipped, loudly, and named in the last line;
 # every check that can run must pass. The NVIDIA check needs CUDA 12.4+, which Debian does not package
 # (Debian 12's nvidia-cuda-toolkit is CUDA 11.8: too old for sm_90a code), so on a fresh Debian 12 it is

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -408,6 +409,44 @@ TEST(Capi, GenerateWithOptionsBiasesRecordsAndChecksItsFields) {
   static const mk_logit_bias outside[] = {{1 << 30, 1.0f}}, too_much[] = {{0, 101.0f}};
   rejected([](mk_generate_options& b) { b.logit_bias = outside; }, "logit_bias: token 1073741824 is outside the vocabulary");
   rejected([](mk_generate_options& b) { b.logit_bias = too_much; }, "the bias 101 of token 0 must be between -100 and 100");
+}
+
+TEST(Capi, GenerateWithOptionsConstrainsTheReply) {
+  Opened o;
+  mk_generate_options opt;
+  mk_generate_options_init(&opt);
+  EXPECT_EQ(opt.constraint_kind, MK_CONSTRAINT_NONE);
+  opt.params.max_tokens = 40;
+  opt.params.temperature = 0.9f;
+  opt.constraint_kind = MK_CONSTRAINT_REGEX;
+  opt.constraint = "[0-9]{3}-[a-z]{2}";
+  std::string reply;
+  const auto on_text = [](const char* text, size_t n, void* user) {
+    static_cast<std::string*>(user)->append(text, n);
+    return 0;
+  };
+  const mk_message hello[] = {{"user", "Hello"}};
+  ASSERT_EQ(mk_generate_with_options(o.session, hello, 1, &opt, on_text, &reply), MK_OK) << mk_session_last_error(o.session);
+  EXPECT_TRUE(std::regex_match(reply, std::regex("[0-9]{3}-[a-z]{2}"))) << reply;
+  mk_stats st;
+  mk_session_stats(o.session, &st);
+  EXPECT_EQ(st.last_stop, MK_STOP_EOS);  // complete: nothing else was allowed
+
+  opt.constraint_kind = MK_CONSTRAINT_JSON_SCHEMA;
+  opt.constraint = R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})";
+  EXPECT_EQ(mk_generate_with_options(o.session, hello, 1, &opt, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("the keyword \"minimum\" is not supported"));
+  opt.constraint = nullptr;
+  EXPECT_EQ(mk_generate_with_options(o.session, hello, 1, &opt, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("constraint is NULL"));
+  opt.constraint_kind = mk_constraint_kind(9);
+  EXPECT_EQ(mk_generate_with_options(o.session, hello, 1, &opt, nullptr, nullptr), MK_ERROR_INVALID_ARGUMENT);
+  EXPECT_THAT(mk_session_last_error(o.session), HasSubstr("constraint_kind 9 is not an mk_constraint_kind"));
+
+  // A caller built before the constraint fields: they are not read.
+  mk_generate_options before = opt;
+  before.struct_size = offsetof(mk_generate_options, constraint_kind);
+  EXPECT_EQ(mk_generate_with_options(o.session, hello, 1, &before, nullptr, nullptr), MK_OK) << mk_session_last_error(o.session);
 }
 
 TEST(Capi, AContextOverTheLimitIsAnInvalidArgumentBeforeAllocating) {

@@ -1279,6 +1279,23 @@ TEST(Sampling, OneRuleWithMessagesNamingTheValue) {
 
 // runtime/sampling.h's rule, against what it means: draws follow softmax(logits / T) over the kept
 // candidates; top-k, top-p and min-p keep what they say; the chunked running sums are prefix sums.
+TEST(Sampling, MaskedTokensAreNoCandidates) {
+  // A constraint's masked tokens (-inf) are not among the candidates, so that even a draw at the top of
+  // the running sum's rounding cannot fall on one.
+  SamplingParams s{1.0f, 0, 1.0f, 0.0f, 1};
+  EXPECT_EQ(s.candidate_count(100, 7), 7);
+  EXPECT_EQ(s.candidate_count(100, 100), 100);
+  EXPECT_EQ(s.candidate_count(5000, 4000), kMaxCandidates);
+  s.top_k = 3;
+  EXPECT_EQ(s.candidate_count(100, 2), 2);
+  std::vector<float> logits(50, -INFINITY);
+  logits[9] = 1.0f, logits[31] = 1.0f;
+  for (uint64_t d = 0; d < 2000; ++d) {
+    const int32_t t = sample_token(logits, SamplingParams{1.0f, 0, 1.0f, 0.0f, d}, d);
+    ASSERT_TRUE(t == 9 || t == 31) << t;
+  }
+}
+
 TEST(Sampling, TheRuleDrawsFromTheKeptPartOfTheSoftmax) {
   // Probabilities 0.5, 0.3, 0.15, 0.05 at T 1, the tokens in a shuffled order of ids.
   const std::vector<int32_t> ids = {7, 2, 5, 0};

@@ -1,16 +1,19 @@
-// The logit adjustments (logit_bias, frequency and presence penalties) and the log-probabilities of the
-// sampled tokens, on the emulator: against the fp32 reference's logits with OpenAI's definitions applied
-// here, independently of runtime/sampling.cpp.
+// The logit adjustments (logit_bias, frequency and presence penalties), the constraint's mask and the
+// log-probabilities of the sampled tokens, on the emulator: against the fp32 reference's logits with
+// OpenAI's definitions applied here, independently of runtime/sampling.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <regex>
+#include <string>
 #include <vector>
 
 #include "host/emulator/emulator.h"
 #include "runtime/reference.h"
+#include "runtime/token_automaton.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/tiny_model.h"
 
@@ -45,8 +48,10 @@ Generated generate(Emulator& emu, GenerateRequest req) {
 }
 
 // Each token's record against the reference teacher-forced on the generated tokens, its logits adjusted
-// by `bias` and the penalties over the tokens sampled before it: the sampled token's log-probability and
-// the i-th largest log-probability within `tolerance`, and each listed alternative's own value too.
+// by `bias` and the penalties over the tokens sampled before it, and -inf for the tokens the request's
+// constraint does not allow in its state then: the sampled token's log-probability and the i-th largest
+// log-probability within `tolerance` (as many as asked for, or as the constraint allows), and each listed
+// alternative's own value too.
 void expect_logprobs_match_reference(const Model& model, int context, const std::vector<int32_t>& prompt, const GenerateRequest& req,
                                      const Generated& g, double tolerance) {
   ASSERT_EQ(g.logprobs.size(), g.tokens.size());
@@ -54,18 +59,27 @@ void expect_logprobs_match_reference(const Model& model, int context, const std:
   std::vector<float> logits;
   for (int32_t t : prompt) logits = ref.forward(t);
   std::map<int32_t, int> counts;
+  int state = req.constraint ? req.constraint->dfa.start : -1;
   for (size_t i = 0; i < g.tokens.size(); ++i) {
     std::vector<double> adjusted(logits.begin(), logits.end());
     for (const auto& [token, bias] : req.adjust.bias) adjusted[size_t(token)] += bias;
     for (const auto& [token, c] : counts)
       adjusted[size_t(token)] -= c * double(req.adjust.frequency_penalty) + double(req.adjust.presence_penalty);
+    if (state >= 0) {
+      for (size_t t = 0; t < adjusted.size(); ++t)
+        if (!req.constraint->allowed(state, int32_t(t))) adjusted[t] = -INFINITY;
+      ASSERT_TRUE(req.constraint->allowed(state, g.tokens[i])) << "token " << i;
+      if (i + 1 < g.tokens.size()) state = req.constraint->advance(state, g.tokens[i]);
+    }
     const std::vector<double> lp = log_softmax(adjusted);
     std::vector<double> sorted = lp;
     std::sort(sorted.rbegin(), sorted.rend());
     const TokenLogprobs& r = g.logprobs[i];
     EXPECT_EQ(r.token, g.tokens[i]);
     EXPECT_NEAR(r.logprob, lp[size_t(r.token)], tolerance) << "token " << i;
-    ASSERT_EQ(r.top_count, req.top_logprobs);
+    // Fewer alternatives than asked for where the constraint allows fewer tokens.
+    const int possible = int(std::count_if(lp.begin(), lp.end(), [](double v) { return v > -INFINITY; }));
+    ASSERT_EQ(r.top_count, std::min(req.top_logprobs, possible)) << "token " << i;
     for (int k = 0; k < r.top_count; ++k) {
       EXPECT_NEAR(r.top_logprobs[k], sorted[size_t(k)], tolerance) << "token " << i << ", alternative " << k;
       EXPECT_NEAR(r.top_logprobs[k], lp[size_t(r.top_ids[k])], tolerance) << "token " << i << ", alternative " << k;
@@ -145,6 +159,64 @@ TEST_F(LogitRequests, AStrongBiasDecidesGreedyTokensAndTheNextRequestIsUnaffecte
   plain.max_new_tokens = 6;
   Emulator fresh(*model, opt);
   EXPECT_EQ(generate(emu, plain).tokens, generate(fresh, plain).tokens);
+}
+
+// A vocabulary for the tiny model's 160 ids: 0 and 1 special, 2 the EOS, the rest pieces of a, b, c, d.
+std::shared_ptr<const constraint::TokenVocabulary> abcd_vocabulary() {
+  const char* pieces[] = {"a", "b", "c", "d", "ab", "ba", "cd", "dab", "abc", "bb", "ca", "dd", "aab"};
+  std::vector<std::string> bytes(160);
+  for (size_t t = 3; t < bytes.size(); ++t) bytes[t] = pieces[t % std::size(pieces)];
+  return std::make_shared<constraint::TokenVocabulary>(bytes, std::vector<int32_t>{2});
+}
+
+TEST_F(LogitRequests, AConstraintMasksBeforeTheLogprobsAndTheDrawAndEndsWhereItIsComplete) {
+  TinyModelSpec spec;
+  spec.eos = {2};
+  spec.weight_scale = 0.05f;
+  const auto eos_model = test::load_tiny_model(spec, "logit-requests-eos");
+  const std::string re = "(ab|c){0,6}d(a|b){2,5}";  // at most 18 bytes: it ends within max_new_tokens
+  const auto automaton = constraint::compile_token_constraint({constraint::ConstraintSpec::Kind::Regex, re}, abcd_vocabulary(), "--regex");
+  for (const float temperature : {0.0f, 0.9f, 1.5f})
+    for (const uint64_t seed : {1, 2, 3}) {
+      Emulator emu(*eos_model, opt);
+      GenerateRequest req;
+      req.input = prompt;
+      req.max_new_tokens = 40;
+      req.sampling = SamplingParams{temperature, 0, 1.0f, 0.0f, seed};
+      req.top_logprobs = kMaxTopLogprobs;
+      req.constraint = automaton;
+      const Generated g = generate(emu, req);
+      expect_logprobs_match_reference(*eos_model, opt.context, prompt, req, g, 1e-3);
+      // The text (an EOS token is none) matches the regex, whole, by std::regex: the generation ended
+      // with EOS where the regex accepts, or where nothing else was left.
+      std::string text;
+      for (const int32_t t : g.tokens)
+        if (t != 2) text += automaton->vocabulary->bytes(t);
+      EXPECT_TRUE(std::regex_match(text, std::regex(re))) << text << " (T " << temperature << ", seed " << seed << ")";
+      if (g.tokens.back() != 2) {  // ended by the constraint: five a/b after the d, no room for more
+        const size_t d = text.rfind('d');
+        EXPECT_EQ(text.size() - d - 1, 5u) << text;
+      }
+      // The next request without a constraint runs unmasked from the same cache.
+      GenerateRequest plain;
+      plain.input = prompt;
+      plain.max_new_tokens = 4;
+      emu.reset();
+      Emulator fresh(*eos_model, opt);
+      EXPECT_EQ(generate(emu, plain).tokens, generate(fresh, plain).tokens);
+    }
+}
+
+TEST_F(LogitRequests, AConstraintForAnotherVocabularyIsRefused) {
+  Emulator emu(*model, opt);
+  GenerateRequest req;
+  req.input = prompt;
+  req.max_new_tokens = 2;
+  std::vector<std::string> bytes(100, "a");
+  req.constraint = constraint::compile_token_constraint({constraint::ConstraintSpec::Kind::Regex, "a+"},
+                                                        std::make_shared<constraint::TokenVocabulary>(bytes, std::vector<int32_t>{}), "--regex");
+  EXPECT_THAT(test::error_of([&] { emu.generate(req, {}); }),
+              HasSubstr("the constraint was compiled for a vocabulary of 100 tokens; the model has 160"));
 }
 
 TEST_F(LogitRequests, BadValuesAreRefusedNamingTheField) {

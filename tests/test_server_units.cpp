@@ -91,6 +91,19 @@ TEST(ServerRequest, ReadsLogprobsBiasAndPenalties) {
   EXPECT_FALSE(parse_request(Endpoint::Completion, R"({"prompt": "x", "logprobs": null})").logprobs);
 }
 
+TEST(ServerRequest, ReadsResponseFormatKeepingTheSchemasOrder) {
+  using Kind = constraint::ConstraintSpec::Kind;
+  const auto schema = parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format":
+      {"type": "json_schema", "json_schema": {"name": "p", "strict": true, "schema": {"type": "object", "properties": {"zeta": {"type": "string"},
+      "alpha": {"type": "integer"}}}}}})");
+  EXPECT_EQ(schema.constraint.kind, Kind::JsonSchema);
+  // The properties as the client wrote them, zeta first (the schema's order is the output's).
+  EXPECT_EQ(schema.constraint.text, R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}}})");
+  EXPECT_EQ(parse_request(Endpoint::Completion, R"({"prompt": "x", "response_format": {"type": "json_object"}})").constraint.kind, Kind::JsonObject);
+  EXPECT_FALSE(parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "text"}})")
+                   .constraint.active());
+}
+
 TEST(ServerJson, LogprobsInOpenAIsChatAndLegacyForms) {
   const std::vector<LogprobEntry> entries = {{"Hi", -0.25f, {{"Hi", -0.25f}, {"Ho", -1.5f}}}, {"\xe2\x82", -2.0f, {}}};
   const json chat = logprobs_json(Endpoint::Chat, entries);
@@ -185,7 +198,13 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
        "'top_logprobs' must be an integer from 0 to 20 (got 21)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "'tools' is not supported"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})", "'response_format'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
+       "'response_format' type 'xml' is not supported: text, json_object or json_schema"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})", "'response_format' must be an object with a string 'type'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": 1}}})",
+       "'json_schema.name' must be a string"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})",
+       "needs 'json_schema.schema'"},
       {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 2.5})", "'presence_penalty' must be in [-2, 2] (got 2.5)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": "1"})", "'frequency_penalty' must be a number"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": [1]})", "'logit_bias' must be an object mapping token ids"},

@@ -1,4 +1,5 @@
-// LM head row blocks: logits = W_lm * RMSNorm(x) (+ the request's logit adjustments), and each block's
+// LM head row blocks: logits = W_lm * RMSNorm(x) (+ the request's logit adjustments; -inf for the tokens
+// a constraint does not allow in its state), and each block's
 // (max, argmax) in its slot for greedy sampling (with log-probabilities asked for, also its partials for
 // them); a block any of whose logits is NaN or infinite puts (+inf, kNonFiniteSlot) there, which wins the
 // sample's merge of the slots and stops it. When sampling, the block also counts its logits' first digit
@@ -38,18 +39,27 @@ struct LMHeadOp : OpDefaults {
     float value;
     int32_t index;
   };
-  // logits[r] += adjust[r] over the block's rows [begin, end) once its logits are written, and this
-  // thread's best of them (rows ascending: ties keep the lowest id). Not inlined: inside the products'
-  // loop, or inlined after it, it made the fp8 long-context kernels spill.
-  __device__ __noinline__ static Best add_adjustments(float* logits, const float* adjust, uint32_t begin, uint32_t end) {
+  // Over the block's rows [begin, end) once its logits are written: logits[r] += adjust[r] (when
+  // adjust is set), and -inf where bit r of `allowed` is clear (when it is set); this thread's best of
+  // them (rows ascending: ties keep the lowest id). Not inlined: inside the products' loop, or inlined
+  // after it, it made the fp8 long-context kernels spill.
+  __device__ __noinline__ static Best adjust_logits(float* logits, const float* adjust, const uint32_t* allowed, uint32_t begin,
+                                                    uint32_t end) {
     __syncthreads();
     Best b{-INFINITY, int32_t(begin)};
     for (uint32_t r = begin + threadIdx.x; r < end; r += kThreads) {
-      const float v = logits[r] + load_fresh(adjust + r);
+      float v = logits[r];
+      if (adjust) v += load_fresh(adjust + r);
+      if (allowed && ((allowed[r >> 5] >> (r & 31u)) & 1u) == 0u) v = -INFINITY;
       logits[r] = v;
       if (v > b.value) b = {v, int32_t(r)};
     }
     return b;
+  }
+
+  // The token set of the constraint's state (the sample op of the step before wrote the state).
+  __device__ static const uint32_t* allowed_tokens(const ConstraintTables& c, const int32_t* state) {
+    return c.masks + size_t(c.state_mask[load_fresh(state)]) * size_t(c.mask_words);
   }
 
   // What the sample op merges from the blocks, each part where asked for: with log-probabilities (`lse`
@@ -94,10 +104,12 @@ struct LMHeadOp : OpDefaults {
       poison = fmaf(v, 0.0f, poison);
       if (v > best) best = v, best_index = int32_t(r);  // each warp's rows ascend: ties keep the lowest id
     });
-    // The request's logit_bias and penalties (the sample op of the step before wrote their entries), in
-    // a pass of their own over the block's rows. Finite, they leave `poison` as it is.
-    if (m.p.adjust_logits) {
-      const Best b = add_adjustments(m.p.logits, m.p.logit_adjust, in.begin, in.end);
+    // The request's logit_bias and penalties (the sample op of the step before wrote their entries) and
+    // its constraint's mask, in a pass of their own over the block's rows. `poison` saw the logits before:
+    // the adjustments are finite, and the mask's -inf is not the model's.
+    if (m.p.adjust_logits || m.p.constraint.masks) {
+      const Best b = adjust_logits(m.p.logits, m.p.adjust_logits ? m.p.logit_adjust : nullptr,
+                                   m.p.constraint.masks ? allowed_tokens(m.p.constraint, m.p.constraint_state) : nullptr, in.begin, in.end);
       best = b.value, best_index = b.index;
     }
     const bool sampling = !m.p.sampling.greedy();

@@ -1,7 +1,8 @@
 // Sample (workgroup 0): the next token from the LM head's output (greedy: the blocks' (max, argmax);
 // otherwise device/select_top.h's K largest, and runtime/sampling.h's rule in one warp), streamed to the
 // host with its time (before it, with log-probabilities asked for, the token's TokenLogprobs record; after
-// it, with logit adjustments, its penalty); then the stop checks (EOS, max tokens, cancel, full context).
+// it, with logit adjustments, its penalty); with a constraint, its state moved along the token; then the
+// stop checks (EOS or a complete constraint, max tokens, cancel, full context).
 // Logits with a NaN or an infinity (an LM head block that entered kNonFiniteSlot: the greedy merge picks
 // it, the sampling path looks for it) give no token: the launch stops and HostChannel::nonfinite_step
 // tells the host.
@@ -133,7 +134,9 @@ struct SampleOp : OpDefaults {
       counts[b] = 0u;  // ordered before the next step's counts by the token's release
     }
     __syncthreads();
-    const int K = sp.candidate_count(vocab);
+    // -inf (a constraint's masked tokens, and nothing else: NaNs stopped the step before) has a bin of
+    // its own in the first digit.
+    const int K = sp.candidate_count(vocab, vocab - int(hist[first_digit(logit_key(-INFINITY))]));
     TokenComposite* cand = candidates(smem);
     select_top_composites<kLogitPiecesInFlight>(logits, vocab, K, hist, true, cand, scan_slots(smem));
     float* probs = reinterpret_cast<float*>(cand + kMaxCandidates);  // past the K candidates
@@ -174,6 +177,20 @@ struct SampleOp : OpDefaults {
     __syncthreads();  // the record is whole before thread 0 publishes the token
   }
 
+  // The constraint's state moved along the token's bytes through the DFA, for the next step's LM head;
+  // whether the new state is an end. Thread 0 (it wrote the state at the step before). Not inlined, as
+  // sample_candidates, and given the tables' fields one by one: a reference into the kernel's parameters
+  // would copy them to the stack.
+  __device__ __noinline__ static bool advance_constraint(const int32_t* next, const uint8_t* byte_class, const uint8_t* token_bytes,
+                                                         const uint32_t* token_offsets, const uint8_t* state_end, int classes,
+                                                         int32_t* state, int32_t token) {
+    int s = *state;
+    const uint32_t end = token_offsets[token + 1];
+    for (uint32_t i = token_offsets[token]; i < end; ++i) s = next[size_t(s) * size_t(classes) + byte_class[token_bytes[i]]];
+    *state = s;
+    return state_end[s] != 0;
+  }
+
   // The sampled token's penalty into its logit adjustment for the next steps' LM head.
   template <class MachineT>
   __device__ static void add_penalty(MachineT& m, int32_t token) {
@@ -205,6 +222,9 @@ struct SampleOp : OpDefaults {
         store_release_system(const_cast<uint32_t*>(&m.p.channel->token_count), uint32_t(k));
         bool eos = false;
         for (int e = 0; e < m.p.num_eos; ++e) eos |= m.p.eos[e] == token;
+        const ConstraintTables& c = m.p.constraint;
+        if (!eos && c.masks)  // a complete constraint ends the reply as an EOS would
+          eos = advance_constraint(c.next, c.byte_class, c.token_bytes, c.token_offsets, c.state_end, c.classes, m.p.constraint_state, token);
         if (eos) stop = StopReason::Eos;
         else if (k >= m.p.max_new) stop = StopReason::MaxTokens;
         else if (load_acquire_system(const_cast<const unsigned*>(m.p.cancel)) != 0) stop = StopReason::Cancelled;

@@ -134,6 +134,17 @@ mk::TurnParams turn_params(const mk_generate_options& o) {
   t.adjust.frequency_penalty = o.frequency_penalty;
   t.adjust.presence_penalty = o.presence_penalty;
   t.top_logprobs = o.top_logprobs;
+  using Kind = mk::constraint::ConstraintSpec::Kind;
+  switch (o.constraint_kind) {
+    case MK_CONSTRAINT_NONE: break;
+    case MK_CONSTRAINT_JSON_OBJECT: t.constraint = {Kind::JsonObject, ""}; break;
+    case MK_CONSTRAINT_JSON_SCHEMA:
+    case MK_CONSTRAINT_REGEX:
+      if (!o.constraint) invalid("mk_generate_options: constraint is NULL with a JSON schema or regex constraint_kind");
+      t.constraint = {o.constraint_kind == MK_CONSTRAINT_REGEX ? Kind::Regex : Kind::JsonSchema, o.constraint};
+      break;
+    default: invalid(fmt::format("mk_generate_options: constraint_kind {} is not an mk_constraint_kind", int(o.constraint_kind)));
+  }
   return t;
 }
 

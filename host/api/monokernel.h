@@ -214,6 +214,15 @@ typedef struct mk_logit_bias {
   float bias; /* added to the token's logit, -100..100 (OpenAI's logit_bias) */
 } mk_logit_bias;
 
+/* What a reply must be (docs/structured_output.md): any text, a JSON object, JSON that validates against
+ * a JSON schema, or text that matches a regular expression, whole. */
+typedef enum mk_constraint_kind {
+  MK_CONSTRAINT_NONE = 0,
+  MK_CONSTRAINT_JSON_OBJECT = 1,
+  MK_CONSTRAINT_JSON_SCHEMA = 2, /* constraint: the schema's JSON text */
+  MK_CONSTRAINT_REGEX = 3        /* constraint: the regular expression */
+} mk_constraint_kind;
+
 /* mk_generate_params and what OpenAI's API adds to it. struct_size is the size of the struct the caller
  * was compiled with (mk_generate_options_init sets it): a newer library reads only those fields and gives
  * later ones their defaults, so callers built against this header keep working. */
@@ -227,9 +236,15 @@ typedef struct mk_generate_options {
   mk_logprobs_callback on_logprobs; /* NULL: no records */
   void* logprobs_user;              /* passed to on_logprobs */
   int top_logprobs;                 /* 0..MK_MAX_TOP_LOGPROBS alternatives in each record */
+  /* Since 0.2.2. The reply's constraint, applied on the GPU: the kernel masks the tokens it does not allow
+   * and the reply ends where it is complete (MK_STOP_EOS). An unsupported keyword or construct, or one past
+   * the limits, is MK_ERROR_INVALID_ARGUMENT naming it. Compiled once per distinct constraint (cached). */
+  mk_constraint_kind constraint_kind;
+  const char* constraint; /* MK_CONSTRAINT_JSON_SCHEMA / _REGEX: the text (NUL-terminated) */
 } mk_generate_options;
 
-/* Fills the defaults: struct_size, mk_generate_params_init's params, no bias, no penalties, no records. */
+/* Fills the defaults: struct_size, mk_generate_params_init's params, no bias, no penalties, no records, no
+ * constraint. */
 MK_API void mk_generate_options_init(mk_generate_options* options);
 
 /* One user turn: adds `prompt` as a user message and generates the assistant's reply, calling `callback`

@@ -54,6 +54,8 @@ struct GenerateOptions {
   float frequency_penalty = 0.0f, presence_penalty = 0.0f;  // [-2, 2]
   int top_logprobs = 0;                   // alternatives in each record, 0..MK_MAX_TOP_LOGPROBS
   LogprobsCallback on_logprobs;           // empty: no records
+  mk_constraint_kind constraint_kind = MK_CONSTRAINT_NONE;
+  std::string constraint;                 // the JSON schema or the regex
 };
 
 struct Message {
@@ -157,6 +159,8 @@ class Session {
     o.frequency_penalty = options.frequency_penalty;
     o.presence_penalty = options.presence_penalty;
     o.top_logprobs = options.top_logprobs;
+    o.constraint_kind = options.constraint_kind;
+    o.constraint = options.constraint.c_str();
     Call call{on_text, {}, {}, options.on_logprobs ? &options.on_logprobs : nullptr};
     if (call.on_logprobs) o.on_logprobs = &Session::logprobs_trampoline, o.logprobs_user = &call;
     const mk_status s = mk_generate_with_options(handle_, list.data(), list.size(), &o, &Session::trampoline, &call);

@@ -258,6 +258,8 @@ struct Emulator::Impl : emu::EmulatorState {
     run.on_logprobs = req.on_logprobs ? &req.on_logprobs : nullptr;
     run.top_logprobs = std::min(req.top_logprobs, cfg.vocab_size);
     run.on_token = &on_token;
+    run.constraint = req.constraint.get();
+    if (run.constraint) constraint_state.data.assign(1, run.constraint->dfa.start);  // as the GPU backend uploads it
     run.t0 = std::chrono::steady_clock::now();
     const size_t steps = size_t(opt.context - run.start);  // at most one step per free cache slot
     tokens.data.assign(steps + 1, -1);

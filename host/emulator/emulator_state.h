@@ -15,6 +15,7 @@
 
 #include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
+#include "runtime/token_automaton.h"
 #include "runtime/decode_buffers.h"
 #include "runtime/quantize.h"
 #include "runtime/step_recipe.h"
@@ -82,6 +83,7 @@ struct EmulatorState {
     const LogprobCallback* on_logprobs = nullptr;
     int top_logprobs = 0;
     const TokenCallback* on_token = nullptr;
+    const constraint::TokenAutomaton* constraint = nullptr;  // the LM head masks, the sample op advances
     GenerateResult result;
     std::chrono::steady_clock::time_point t0;
   } run;
@@ -161,8 +163,9 @@ struct EmulatorState {
   void start_checker();
   // A context the host cannot hold is refused before anything is allocated.
   void check_memory() const;
-  // Stops the launch with an error naming the step when the logits hold NaN or infinity.
-  void check_finite(const float* logits, uint32_t step) const;
+  // Stops the launch with an error naming the step when the logits hold NaN or infinity (with a constraint,
+  // in state `state` >= 0: among the tokens it allows; the others are -inf by design).
+  void check_finite(const float* logits, uint32_t step, int state = -1) const;
 
   // ---- weights ----
   // The format of the matrix at `offset`: the head's (embedding, LM head) or the layers'.

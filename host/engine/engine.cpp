@@ -10,6 +10,7 @@
 #include "runtime/context_size.h"
 #include "runtime/limits.h"
 #include "runtime/model.h"
+#include "runtime/token_vocabulary.h"
 
 namespace mk {
 
@@ -28,10 +29,44 @@ struct Engine::Shared {
   int vocab_size = 0;  // the model's (prompt ids must be below it)
   int context_size = 0;  // each session's KV cache tokens
 
+  // Constrained decoding: the vocabulary's trie (built at the first constraint), the latest automata.
+  std::mutex constraint_mutex;
+  std::shared_ptr<const constraint::TokenVocabulary> vocabulary;
+  std::vector<std::pair<std::string, std::shared_ptr<const constraint::TokenAutomaton>>> compiled;  // newest last
+  static constexpr size_t kCompiledKept = 16;
+
   std::mutex mutex;  // guards idle
   // Backends of closed sessions (and the one made at open): reused, since on the GPU each holds a copy
   // of the weights.
   std::vector<std::unique_ptr<DecodeBackend>> idle;
+
+  std::shared_ptr<const constraint::TokenAutomaton> compile_constraint(const constraint::ConstraintSpec& spec, std::string_view what) {
+    if (!spec.active()) return nullptr;
+    const std::string key = std::to_string(int(spec.kind)) + ":" + spec.text;
+    std::shared_ptr<const constraint::TokenVocabulary> v;
+    {
+      std::lock_guard lock(constraint_mutex);
+      for (auto it = compiled.begin(); it != compiled.end(); ++it)
+        if (it->first == key) {
+          auto a = it->second;
+          compiled.erase(it);
+          compiled.emplace_back(key, a);
+          return a;
+        }
+      if (!vocabulary) vocabulary = constraint::token_vocabulary(tokenizer, vocab_size, stop_ids);
+      v = vocabulary;
+    }
+    std::shared_ptr<const constraint::TokenAutomaton> a;
+    try {
+      a = constraint::compile_token_constraint(spec, v, what);
+    } catch (const constraint::ConstraintError& e) {
+      throw EngineError(EngineErrorKind::InvalidArgument, e.what());
+    }
+    std::lock_guard lock(constraint_mutex);
+    compiled.emplace_back(key, a);
+    if (compiled.size() > kCompiledKept) compiled.erase(compiled.begin());
+    return a;
+  }
 
   const ChatTemplate& require_template() const {
     if (!chat_template) throw EngineError(EngineErrorKind::BadModel, template_error);
@@ -213,6 +248,10 @@ bool Engine::has_chat_template() const { return shared_->chat_template.has_value
 std::string Engine::backend_name() const { return shared_->backend_name; }
 bool Engine::on_gpu() const { return shared_->on_gpu; }
 int Engine::vocab_size() const { return shared_->vocab_size; }
+
+std::shared_ptr<const constraint::TokenAutomaton> Engine::compile_constraint(const constraint::ConstraintSpec& spec, std::string_view what) const {
+  return shared_->compile_constraint(spec, what);
+}
 int Engine::context_size() const { return shared_->context_size; }
 
 std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
@@ -346,6 +385,7 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
   request.sampling = params.sampling;
   request.adjust = params.adjust;
+  request.constraint = shared_->compile_constraint(params.constraint, "constraint");
   TokenLogprobs logprobs;  // the backend's record of the token it passes next
   if (params.on_logprobs) {
     request.top_logprobs = params.top_logprobs;
@@ -479,6 +519,7 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
   request.max_new_tokens = params.max_tokens < 0 ? std::numeric_limits<int>::max() : params.max_tokens;
   request.sampling = params.sampling;
   request.adjust = params.adjust;
+  request.constraint = shared_->compile_constraint(params.constraint, "constraint");
   TokenLogprobs logprobs;  // the backend's record of the token it passes next
   if (params.on_logprobs) {
     request.top_logprobs = params.top_logprobs;

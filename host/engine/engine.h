@@ -30,6 +30,7 @@
 #include "runtime/decode_backend.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
+#include "runtime/token_automaton.h"
 #include "runtime/tokenizer.h"
 
 namespace mk {
@@ -104,6 +105,9 @@ struct TurnParams {
   // on_text gets the text it completes (a token's text may wait for the next tokens of its character).
   LogprobCallback on_logprobs;
   int top_logprobs = 0;
+  // A JSON object, a JSON schema or a regex the reply must be (docs/structured_output.md); compiled with
+  // Engine::compile_constraint (cached). A reply that completes it ends there (stop Eos).
+  constraint::ConstraintSpec constraint;
 };
 
 struct TurnResult {
@@ -160,6 +164,11 @@ class Engine {
   int vocab_size() const;
   // Each session's KV cache in tokens (EngineOptions::context, or the default it resolved to).
   int context_size() const;
+
+  // The constraint compiled against this model's vocabulary (its EOS: the end-of-turn tokens), from a
+  // cache of the most recent ones. Thread-safe. Throws EngineError(InvalidArgument) naming the keyword,
+  // construct or limit that fails; `what` ("response_format", "--json-schema") starts the message.
+  std::shared_ptr<const constraint::TokenAutomaton> compile_constraint(const constraint::ConstraintSpec& spec, std::string_view what) const;
 
   // The prompt tokens of a whole conversation with the generation prompt, as a session's first turn
   // encodes it: the template's markup (the BOS, "<|im_start|>", ...) as control tokens, each message's

@@ -257,6 +257,16 @@ struct HttpServer::Impl {
     // The parser checked every value; what it could not check is the token ids against the vocabulary.
     if (std::string e = logit_adjustments_error(r.adjust, engine.vocab_size()); !e.empty()) throw invalid_request(e, "logit_bias");
     job->params.adjust = r.adjust;
+    // Compiled here, on the request's thread (a cache keeps it for the generation): an unsupported keyword
+    // or a constraint past the limits is a 400 naming it, before the request waits for the GPU.
+    if (r.constraint.active()) {
+      try {
+        engine.compile_constraint(r.constraint, "response_format");
+      } catch (const EngineError& e) {
+        throw invalid_request(e.what(), "response_format");
+      }
+      job->params.constraint = r.constraint;
+    }
     return job;
   }
 

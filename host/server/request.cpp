@@ -219,11 +219,33 @@ void reject_unsupported(const json& body) {
   for (const char* name : {"tools", "functions"})
     if (const json* t = field(body, name); t && !(t->is_array() && t->empty()))
       unsupported(name, "is not supported (no tool calling)");
-  if (const json* rf = field(body, "response_format")) {
-    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
-    if (!(type && type->is_string() && type->get<std::string>() == "text"))
-      unsupported("response_format", "is not supported except {\"type\": \"text\"}");
+}
+
+// "response_format": text (no constraint), json_object, or json_schema with its schema. The schema's
+// keywords are checked when the server compiles it (runtime/json_schema.h), naming what is unsupported;
+// its text is taken from the body parsed again keeping the keys' order (`body` sorts them), so that the
+// properties come out in the order the schema gives them.
+void parse_response_format(const json& body, std::string_view text, CompletionRequest& out) {
+  const json* rf = field(body, "response_format");
+  if (!rf) return;
+  const auto bad = [](const std::string& why) { throw invalid_request("'response_format' " + why, "response_format"); };
+  const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+  if (!type || !type->is_string()) bad("must be an object with a string 'type' (text, json_object or json_schema)");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return;
+  if (t == "json_object") {
+    out.constraint = {constraint::ConstraintSpec::Kind::JsonObject, ""};
+    return;
   }
+  if (t != "json_schema") bad(fmt::format("type '{}' is not supported: text, json_object or json_schema", t));
+  const json* js = field(*rf, "json_schema");
+  if (!js || !js->is_object()) bad("of type json_schema needs a 'json_schema' object");
+  if (const json* name = field(*js, "name"); name && !name->is_string()) bad("'json_schema.name' must be a string");
+  if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean()) bad("'json_schema.strict' must be a boolean");
+  const json* schema = field(*js, "schema");
+  if (!schema || !(schema->is_object() || schema->is_boolean())) bad("needs 'json_schema.schema', the JSON schema (an object)");
+  const auto ordered = nlohmann::ordered_json::parse(text);
+  out.constraint = {constraint::ConstraintSpec::Kind::JsonSchema, ordered["response_format"]["json_schema"]["schema"].dump()};
 }
 
 // Chat: "logprobs" a boolean, "top_logprobs" 0..20 with it; Completion: "logprobs" an integer 0..20.
@@ -324,6 +346,7 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
   parse_seed(body, out);
   parse_stop(body, limits, out);
   parse_logprobs(endpoint, body, out);
+  parse_response_format(body, body_text, out);
   parse_adjustments(body, out);
   return out;
 }

@@ -2,7 +2,7 @@
 // tested on its own (tests/test_server_units.cpp). Every rejection is an ApiError (400) naming the field.
 //
 // Unknown fields are ignored, as OpenAI does. Fields that OpenAI knows but this server cannot honour
-// (n > 1, echo, tools, response_format, ...) are rejected rather than silently ignored: a client relying on
+// (n > 1, echo, tools, ...) are rejected rather than silently ignored: a client relying on
 // them would otherwise get a different kind of answer than it asked for.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/chat_template.h"
+#include "runtime/constraint_spec.h"
 #include "runtime/sampling.h"
 
 namespace mk::server {
@@ -45,6 +46,9 @@ struct CompletionRequest {
   // "logit_bias" ({"token id": bias}), "frequency_penalty", "presence_penalty" (runtime/sampling.h); the
   // token ids are checked against the model's vocabulary by the server, which knows it.
   LogitAdjustments adjust;
+  // "response_format": {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": ...}};
+  // the server compiles it against the model's vocabulary (docs/structured_output.md).
+  constraint::ConstraintSpec constraint;
 };
 
 // Parses and checks a request body. Throws ApiError: 400 for malformed JSON, wrong types, values out of

@@ -25,6 +25,7 @@
 
 #include "host/engine/engine.h"
 #include "host/tools/cli_checks.h"
+#include "host/tools/constraint_options.h"
 #include "host/tools/tool_main.h"
 
 #include "host/tools/shipped_model.h"  // the model opened without -m
@@ -380,6 +381,8 @@ int run(int argc, char** argv) {
   app.add_option("--min-p", params.sampling.min_p, "min-p (0: off)")->capture_default_str();
   std::optional<uint64_t> seed;
   mk::cli::add_seed_option(app, seed, "sampling seed (default: random)");
+  mk::cli::ConstraintFlags constraint_flags;
+  mk::cli::add_constraint_options(app, constraint_flags);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::EngineOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
@@ -387,6 +390,7 @@ int run(int argc, char** argv) {
   if (params.max_tokens == 0) mk::cli::usage_error("-n 0: must be positive, or -1 for no limit");
   mk::cli::check_sampling_flags(params.sampling);
   params.sampling.seed = seed ? *seed : std::random_device{}();
+  params.constraint = mk::cli::constraint_spec(constraint_flags);
   const bool one_shot = app.count("-p") > 0;
   if (one_shot && prompt.find_first_not_of(" \t\r\n") == std::string::npos)
     mk::cli::usage_error("-p: the prompt is empty (give the text to answer)");
@@ -413,6 +417,13 @@ int run(int argc, char** argv) {
   else
     fmt::print(stderr, "{}", mk::cli::wrap_info("backend: " + engine->backend_name() + ": on the CPU, slow for real models"));
   if (!engine->has_chat_template()) engine->chat_template();  // throws: says why there is none
+  if (params.constraint.active()) {  // compiled (and cached for every reply) now: its errors come first
+    try {
+      engine->compile_constraint(params.constraint, mk::cli::constraint_flag_name(constraint_flags));
+    } catch (const mk::EngineError& e) {
+      mk::cli::usage_error("{}", e.what());
+    }
+  }
 
   auto session = engine->create_session(mk::SessionOptions{system_prompt, {}});
   install_sigint_handler();

@@ -26,11 +26,13 @@
 #include "device/gpu_backend.h"
 #include "host/emulator/emulator.h"
 #include "host/tools/cli_checks.h"
+#include "host/tools/constraint_options.h"
 #include "host/tools/tool_main.h"
 #include "runtime/context_size.h"
 #include "runtime/error.h"
 #include "runtime/presets.h"
 #include "runtime/synthetic_model.h"
+#include "runtime/token_vocabulary.h"
 #include "runtime/tokenizer.h"
 
 namespace {
@@ -119,6 +121,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--presence-penalty", adjust.presence_penalty, "subtract this (-2..2) from a token sampled before")
       ->capture_default_str();
+  mk::cli::ConstraintFlags constraint_flags;
+  mk::cli::add_constraint_options(app, constraint_flags);
   int logprobs = -1;
   app.add_option("--logprobs", logprobs, "after the reply, print each token's log-probability and N alternatives (0..20)")
       ->check(mk::cli::int_range(0, mk::kMaxTopLogprobs));
@@ -201,6 +205,20 @@ int run(int argc, char** argv) {
 
   if (const std::string e = mk::logit_adjustments_error(adjust, model->config.vocab_size); !e.empty())
     mk::cli::usage_error("{} (--logit-bias, --frequency-penalty, --presence-penalty)", e);
+  // The constraint, compiled before the backend holds the GPU: its errors come first.
+  std::shared_ptr<const mk::constraint::TokenAutomaton> constraint;
+  if (const mk::constraint::ConstraintSpec spec = mk::cli::constraint_spec(constraint_flags); spec.active()) {
+    if (!tokenizer) mk::cli::usage_error("{} needs the model's tokenizer.json (-m with a tokenizer)", mk::cli::constraint_flag_name(constraint_flags));
+    const auto vocabulary = mk::constraint::token_vocabulary(*tokenizer, model->config.vocab_size, model->config.eos_token_ids);
+    try {
+      constraint = mk::constraint::compile_token_constraint(spec, vocabulary, mk::cli::constraint_flag_name(constraint_flags));
+    } catch (const mk::constraint::ConstraintError& e) {
+      mk::cli::usage_error("{}", e.what());
+    }
+    if (!quiet)
+      fmt::print(stderr, "{}: {} automaton states, {:.2f} MiB of tables\n", mk::cli::constraint_flag_name(constraint_flags),
+                 constraint->token_states, double(constraint->device_bytes()) / double(1 << 20));
+  }
   const mk::ContextChoice chosen = mk::choose_context(context, model->config.max_position);
   if (!chosen.warning.empty()) fmt::print(stderr, "warning: {}\n", chosen.warning);
 
@@ -238,6 +256,7 @@ int run(int argc, char** argv) {
   req.max_new_tokens = n;
   req.sampling = sampling;
   req.adjust = adjust;
+  req.constraint = constraint;
   std::vector<mk::TokenLogprobs> records;
   if (logprobs >= 0) req.top_logprobs = logprobs, req.on_logprobs = [&](const mk::TokenLogprobs& r) { records.push_back(r); };
   // Text goes out as the tokens complete UTF-8 characters. In ids, "tokens:" goes out with the first token,

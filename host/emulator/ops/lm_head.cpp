@@ -1,5 +1,5 @@
 // The CPU twin of the lm_head op (device/ops/lm_head.h): logits[rows] = W_lm * RMSNorm(x) (+ the logit
-// adjustments) and the block's (max, argmax), with log-probabilities asked for its partials for them,
+// adjustments; -inf where the constraint's state does not allow the token) and the block's (max, argmax), with log-probabilities asked for its partials for them,
 // when sampling its counts of the logits' first digit; nothing on prompt steps.
 #include "host/emulator/ops/ops.h"
 
@@ -13,16 +13,19 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   float best = -std::numeric_limits<float>::infinity();
   int32_t best_index = int32_t(in.begin);
   const float* adjust = s.run.adjust.active() ? s.read(c, s.logit_adjust, in.begin, in.end) : nullptr;
+  const int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
   for (uint32_t r = in.begin; r < in.end; ++r) {
     out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
     if (adjust) out[r - in.begin] += adjust[r - in.begin];
+    if (state >= 0 && !s.run.constraint->allowed(state, int32_t(r))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
     if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
   }
   if (s.run.on_logprobs) {  // the block's partials for the log-probabilities (device/top_tokens.h)
     const size_t rows = in.end - in.begin;
     const float mx = *std::max_element(out, out + rows);
-    double sum = 0;
-    for (size_t i = 0; i < rows; ++i) sum += std::exp(double(out[i]) - double(mx));
+    double sum = 0;  // a block whose rows the constraint all masks: (-inf, 0)
+    if (mx > -std::numeric_limits<float>::infinity())
+      for (size_t i = 0; i < rows; ++i) sum += std::exp(double(out[i]) - double(mx));
     float* lse = s.write(c, s.lm_logsumexp, 2 * size_t(in.slot), 2 * size_t(in.slot) + 2);
     lse[0] = mx, lse[1] = float(sum);
     std::vector<TokenComposite> tokens(rows);

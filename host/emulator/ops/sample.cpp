@@ -19,7 +19,8 @@ TokenLogprobs merged_logprobs(EmulatorState& s, const OpCtx& c, const float* log
   float mx = -std::numeric_limits<float>::infinity();
   for (size_t b = 0; b < slots; ++b) mx = std::max(mx, lse[2 * b]);
   double sum = 0;
-  for (size_t b = 0; b < slots; ++b) sum += double(lse[2 * b + 1]) * std::exp(double(lse[2 * b]) - double(mx));
+  for (size_t b = 0; b < slots; ++b)
+    if (lse[2 * b + 1] > 0) sum += double(lse[2 * b + 1]) * std::exp(double(lse[2 * b]) - double(mx));
   const float log_sum = mx + float(std::log(sum));
   std::vector<TokenComposite> all(lists, lists + slots * kMaxTopLogprobs);
   const int top = s.run.top_logprobs;
@@ -29,6 +30,7 @@ TokenLogprobs merged_logprobs(EmulatorState& s, const OpCtx& c, const float* log
   r.logprob = logits[token] - log_sum;
   r.top_count = top;
   for (int i = 0; i < top; ++i) r.top_ids[i] = composite_id(all[size_t(i)]), r.top_logprobs[i] = composite_logit(all[size_t(i)]) - log_sum;
+  r.drop_impossible();  // as the GPU backend does
   return r;
 }
 
@@ -38,7 +40,8 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
   StopReason stop = StopReason::None;
   if (int(step) + 1 >= s.run.ingest && s.run.max_new > 0) {
     const float* l = s.read(c, s.logits, 0, s.logits.data.size());
-    s.check_finite(l, step);
+    const int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
+    s.check_finite(l, step, state);
     int32_t token;
     if (s.run.sampling.greedy()) {  // reduce the lm_head blocks' partial argmax (ties: lowest id)
       const float* v = s.read(c, s.lm_best_value, 0, s.lm_best_value.data.size());
@@ -70,7 +73,13 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
           penalty_after_sample((*count)++, s.run.adjust.frequency_penalty, s.run.adjust.presence_penalty);
     }
     if (*s.run.on_token) (*s.run.on_token)(token);
-    const bool eos = std::find(s.cfg.eos_token_ids.begin(), s.cfg.eos_token_ids.end(), token) != s.cfg.eos_token_ids.end();
+    bool eos = std::find(s.cfg.eos_token_ids.begin(), s.cfg.eos_token_ids.end(), token) != s.cfg.eos_token_ids.end();
+    if (state >= 0 && !eos) {  // the constraint's state moved along the token's bytes; complete: the end
+      if (!s.run.constraint->allowed(state, token)) fail("step {}: token {} is not allowed in constraint state {}", step, token, state);
+      const int next = s.run.constraint->advance(state, token);
+      *s.write(c, s.constraint_state, 0, 1) = next;
+      eos = s.run.constraint->state_end[size_t(next)] != 0;
+    }
     if (eos) stop = StopReason::Eos;
     else if (int(r.tokens.size()) >= s.run.max_new) stop = StopReason::MaxTokens;
     else if (s.cancel_flag.load()) stop = StopReason::Cancelled;
