@@ -488,7 +488,7 @@ int run(int argc, char** argv) {
     j["penalties"] = {{"frequency", frequency_penalty}, {"presence", presence_penalty}};
     if (constraint)
       j["constraint"] = {{"flag", mk::cli::constraint_flag_name(constraint_flags)},
-                         {"token_states", constraint->token_states},
+                         {"token_states", constraint->token_states()},
                          {"table_bytes", constraint->device_bytes()},
                          {"compile_ms", constraint_compile_ms}};
     j["engine"] = gpu->name();

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
         const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         ms.push_back(t);
         bytes.push_back(a->device_bytes());
-        states.push_back(a->token_states);
+        states.push_back(a->token_states());
         if (t > slowest_ms) slowest_ms = t, slowest = entry["name"].get<std::string>();
         if (must_refuse) ++failures, std::cerr << entry["name"].get<std::string>() << ": compiled, but should be refused\n";
       } catch (const constraint::ConstraintError& e) {

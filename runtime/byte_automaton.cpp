@@ -102,14 +102,6 @@ struct RawDfa {
   int states() const { return int(accepting.size()); }
 };
 
-struct VectorHash {
-  size_t operator()(const std::vector<int>& v) const {
-    uint64_t h = 1469598103934665603ull;
-    for (const int x : v) h = (h ^ uint64_t(uint32_t(x))) * 1099511628211ull;
-    return size_t(h);
-  }
-};
-
 void check_dfa_size(size_t states) {
   if (states > kMaxDfaStates)
     constraint_fail("the constraint needs more than {} automaton states after determinization (docs/structured_output.md): "
@@ -149,7 +141,7 @@ ByteDfa finish(const RawDfa& raw, std::string_view what) {
     if (live[size_t(s)]) block[size_t(s)] = raw.accepting[size_t(s)] ? 1 : 0;
   int blocks = 0;
   for (;;) {
-    std::unordered_map<std::vector<int>, int, VectorHash> ids;
+    std::unordered_map<std::vector<int>, int, IntVectorHash> ids;
     ids.reserve(size_t(n));
     std::vector<int> refined(size_t(n), -1);
     std::vector<int> sig(size_t(k) + 1);
@@ -244,7 +236,7 @@ ByteDfa determinize(const Nfa& nfa, Fragment f, std::string_view what) {
     std::sort(out.begin(), out.end());
     states.swap(out);
   };
-  std::unordered_map<std::vector<int>, int, VectorHash> ids;
+  std::unordered_map<std::vector<int>, int, IntVectorHash> ids;
   std::vector<std::vector<int>> subsets;
   const auto intern = [&](std::vector<int>&& subset) {
     const auto [it, added] = ids.emplace(subset, int(subsets.size()));

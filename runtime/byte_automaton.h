@@ -29,6 +29,16 @@ template <typename... Args>
   throw ConstraintError(fmt::format(format, std::forward<Args>(args)...));
 }
 
+// FNV-1a over a vector of integers: the key of the compilers' maps of state sets and token sets.
+struct IntVectorHash {
+  template <class T>
+  size_t operator()(const std::vector<T>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (const T x : v) h = (h ^ uint64_t(uint32_t(x))) * 1099511628211ull;
+    return size_t(h);
+  }
+};
+
 // Automata larger than these fail with a ConstraintError naming the limit (docs/structured_output.md).
 inline constexpr size_t kMaxNfaStates = size_t(1) << 20;
 inline constexpr size_t kMaxDfaStates = size_t(1) << 15;

@@ -90,18 +90,6 @@ size_t TokenAutomaton::device_bytes() const {
 
 namespace {
 
-struct WordsHash {
-  size_t operator()(const std::vector<uint32_t>& w) const {
-    uint64_t h = 1469598103934665603ull;
-    for (const uint32_t x : w) h = (h ^ x) * 1099511628211ull;
-    return size_t(h);
-  }
-};
-
-}  // namespace
-
-namespace {
-
 // One state's walk over the trie: its allowed tokens, how many, and the states they lead to.
 struct Walk {
   std::vector<uint32_t> words;
@@ -151,14 +139,12 @@ std::shared_ptr<const TokenAutomaton> build_token_automaton(ByteDfa dfa, std::sh
   // Breadth-first over the states whole tokens reach, a level at a time; the walks of a level on all
   // cores (they are most of a compile: one walk visits up to the whole trie).
   const unsigned threads = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-  std::unordered_map<std::vector<uint32_t>, int, WordsHash> set_ids;
+  std::unordered_map<std::vector<uint32_t>, int, IntVectorHash> set_ids;
   std::vector<uint8_t> seen(size_t(dfa.states()), 0);
   std::vector<int> level{dfa.start};
   seen[size_t(dfa.start)] = 1;
-  int total = 0;
   std::vector<Walk> walks;
   while (!level.empty()) {
-    total += int(level.size());
     walks.resize(std::max(walks.size(), level.size()));
     std::atomic<size_t> cursor{0};
     const auto work = [&] {
@@ -201,7 +187,6 @@ std::shared_ptr<const TokenAutomaton> build_token_automaton(ByteDfa dfa, std::sh
     }
     level.swap(next_level);
   }
-  a->token_states = total;
   a->dfa = std::move(dfa);
   a->vocabulary = std::move(vocabulary);
   if (a->device_bytes() > kMaxConstraintTableBytes)

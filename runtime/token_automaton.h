@@ -7,6 +7,7 @@
 // A state that accepts and allows no token but EOS ends the generation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -62,7 +63,6 @@ struct TokenAutomaton {
   std::vector<uint32_t> masks;        // [distinct sets][mask_words], bit t of a set: token t allowed
   std::vector<int32_t> state_mask;    // per DFA state, its set; -1 where no whole token reaches it
   std::vector<uint8_t> state_end;     // per DFA state: it accepts and allows only EOS
-  int token_states = 0;               // DFA states a whole token reaches (the start included)
 
   bool allowed(int state, int32_t token) const {
     const int m = state_mask[size_t(state)];
@@ -70,6 +70,8 @@ struct TokenAutomaton {
   }
   // The DFA state after the token's bytes (the token must be allowed and not EOS).
   int advance(int state, int32_t token) const { return dfa.walk(state, vocabulary->bytes(token)); }
+  // DFA states a whole token reaches (the start included): those with a set.
+  int token_states() const { return int(std::count_if(state_mask.begin(), state_mask.end(), [](int32_t m) { return m >= 0; })); }
   // Bytes of the tables the device holds: the sets, the DFA, the per-state arrays and the vocabulary.
   size_t device_bytes() const;
 };

@@ -190,7 +190,7 @@ TEST(TokenAutomaton, AllowsExactlyTheTokensThatStayInTheLanguage) {
   EXPECT_TRUE(a->allowed(end, 0));
   EXPECT_TRUE(a->state_end[size_t(end)]);
   EXPECT_FALSE(a->state_end[size_t(s1)]);
-  EXPECT_EQ(a->token_states, 6);  // before "", a, ab, ab1, ab12 and after the end
+  EXPECT_EQ(a->token_states(), 6);  // before "", a, ab, ab1, ab12 and after the end
 }
 
 TEST(TokenAutomaton, RefusesAConstraintTheVocabularyCannotWrite) {

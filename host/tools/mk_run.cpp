@@ -217,7 +217,7 @@ int run(int argc, char** argv) {
     }
     if (!quiet)
       fmt::print(stderr, "{}: {} automaton states, {:.2f} MiB of tables\n", mk::cli::constraint_flag_name(constraint_flags),
-                 constraint->token_states, double(constraint->device_bytes()) / double(1 << 20));
+                 constraint->token_states(), double(constraint->device_bytes()) / double(1 << 20));
   }
   const mk::ContextChoice chosen = mk::choose_context(context, model->config.max_position);
   if (!chosen.warning.empty()) fmt::print(stderr, "warning: {}\n", chosen.warning);
