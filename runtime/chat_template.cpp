@@ -111,7 +111,65 @@ std::string find_default_date(std::string_view tmpl) {
   return "26 Jul 2024";
 }
 
+// The Qwen tools block (ChatML with <tool_call>, Qwen3): "# Tools" ... the tools as JSON, one per line.
+std::string hermes_tools_block(const std::vector<nlohmann::ordered_json>& tools) {
+  std::string out = "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
+                    "function signatures within <tools></tools> XML tags:\n<tools>";
+  for (const auto& tool : tools) {
+    out += '\n';
+    out += python_json(tool);
+  }
+  out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+         "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+         "</tool_call><|im_end|>\n";
+  return out;
+}
+
+// '<tool_call>\n{"name": "' + name + '", "arguments": ' + arguments | tojson + '}\n</tool_call>' after `lead`;
+// Qwen3 writes string arguments as they are.
+void add_hermes_call(PromptText& s, const ChatToolCall& call, std::string_view lead, bool raw_string_arguments) {
+  s += std::string(lead) + "<tool_call>\n{\"name\": \"";
+  s.add_message_text(call.name);
+  s += "\", \"arguments\": ";
+  s.add_message_text(raw_string_arguments && call.arguments.is_string() ? call.arguments.get<std::string>()
+                                                                         : python_json(call.arguments));
+  s += "}\n</tool_call>";
+}
+
+void python_json_into(std::string& out, const nlohmann::ordered_json& v, int indent, int depth) {
+  if (!v.is_structured()) {
+    out += v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    return;
+  }
+  const bool object = v.is_object();
+  if (v.empty()) {
+    out += object ? "{}" : "[]";
+    return;
+  }
+  const auto newline = [&](int d) {
+    out += '\n';
+    out.append(size_t(indent * d), ' ');
+  };
+  out += object ? '{' : '[';
+  bool first = true;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!first) out += indent < 0 ? ", " : ",";
+    first = false;
+    if (indent >= 0) newline(depth + 1);
+    if (object) out += nlohmann::ordered_json(it.key()).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + ": ";
+    python_json_into(out, *it, indent, depth + 1);
+  }
+  if (indent >= 0) newline(depth);
+  out += object ? '}' : ']';
+}
+
 }  // namespace
+
+std::string python_json(const nlohmann::ordered_json& value, int indent) {
+  std::string out;
+  python_json_into(out, value, indent, 0);
+  return out;
+}
 
 std::string_view python_strip(std::string_view s, std::string_view chars, bool left, bool right) {
   const auto is_strip = [&](char32_t c) {
@@ -150,6 +208,7 @@ ChatTemplate ChatTemplate::from_source(std::string_view tmpl, std::string bos_to
       t.format_ = ChatFormat::Llama31;
       t.date_from_clock_ = contains(tmpl, "strftime_now");
       t.default_date_ = find_default_date(tmpl);
+      if (contains(tmpl, "tool_call")) t.tool_format_ = ToolCallFormat::Llama3Json;
     } else {
       t.format_ = ChatFormat::Llama3;
     }
@@ -158,6 +217,7 @@ ChatTemplate ChatTemplate::from_source(std::string_view tmpl, std::string bos_to
   } else if (contains(tmpl, "<|im_start|>")) {
     t.format_ = contains(tmpl, "</think>") ? ChatFormat::Qwen3 : ChatFormat::ChatML;
     if (t.format_ == ChatFormat::ChatML) t.default_system_ = find_default_system(tmpl);
+    if (contains(tmpl, "<tool_call>")) t.tool_format_ = ToolCallFormat::Hermes;
   } else if (contains(tmpl, "<start_of_turn>")) {
     t.format_ = ChatFormat::Gemma;
     if (t.bos_token_.empty() && contains(tmpl, "bos_token"))
@@ -266,14 +326,22 @@ std::string ChatTemplate::date(const ChatOptions& options) const {
   return buf;
 }
 
-void ChatTemplate::check(const std::vector<ChatMessage>& messages) const {
+void ChatTemplate::check(const std::vector<ChatMessage>& messages, const ChatOptions& options) const {
   if (messages.empty() && format_ != ChatFormat::Llama3)
     fail("{}: cannot render an empty conversation with the {} chat template", source_, format_name());
+  if (!options.tools.empty() && tool_format_ == ToolCallFormat::None)
+    fail("{}: the {} chat template renders no tools (it has no tool-call format)", source_, format_name());
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    if (format_ == ChatFormat::Llama31 && (role == "tool" || role == "ipython"))
-      fail("{}: messages[{}]: role \"{}\" is not supported by the built-in Llama 3.1 renderer (the template renders "
-           "tool results as JSON)", source_, i, role);
+    if (!messages[i].tool_calls.empty()) {
+      if (tool_format_ == ToolCallFormat::None)
+        fail("{}: messages[{}]: the {} chat template renders no tool calls", source_, i, format_name());
+      if (role != "assistant") fail("{}: messages[{}]: only an assistant message makes tool calls (role \"{}\")", source_, i, role);
+      // {%- if not message.tool_calls|length == 1 %}{{- raise_exception(...) }}
+      if (format_ == ChatFormat::Llama31 && messages[i].tool_calls.size() != 1)
+        fail("{}: messages[{}]: This model only supports single tool-calls at once! ({} calls)", source_, i,
+             messages[i].tool_calls.size());
+    }
     if ((format_ == ChatFormat::ChatML || format_ == ChatFormat::Qwen3) && role != "system" && role != "user" &&
         role != "assistant" && role != "tool")
       fail("{}: messages[{}]: role \"{}\" is not rendered by the {} chat template (system, user, assistant, tool)",
@@ -299,7 +367,7 @@ void ChatTemplate::check(const std::vector<ChatMessage>& messages) const {
 // entry, which the continuation never needs.
 std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMessage>& messages,
                                                        const ChatOptions& options) const {
-  check(messages);
+  check(messages, options);
   const size_t n = messages.size();
   std::vector<PromptText> out(n);
   // Each message's text goes in as text (PromptText::add_message_text), never as markup.
@@ -314,18 +382,49 @@ std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMess
       }
       break;
     case ChatFormat::Llama31: {
-      // {{- bos_token }} ... system block with "Cutting Knowledge Date" / "Today Date", then
+      // {{- bos_token }} ... system block with "Environment: ipython" (with tools), "Cutting Knowledge Date"
+      // and "Today Date", then each message:
       // '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>'
       const bool has_system = messages[0].role == "system";
+      const bool tools = !options.tools.empty();
       PromptText head;
-      head += bos_token_ + "<|start_header_id|>system<|end_header_id|>\n\n" + "Cutting Knowledge Date: December 2023\n" +
-              "Today Date: " + date(options) + "\n\n";
+      head += bos_token_ + "<|start_header_id|>system<|end_header_id|>\n\n" + (tools ? "Environment: ipython\n" : "") +
+              "Cutting Knowledge Date: December 2023\n" + "Today Date: " + date(options) + "\n\n";
       if (has_system) head.add_message_text(trim(messages[0].content));
       head += "<|eot_id|>";
-      for (size_t i = has_system ? 1 : 0; i < n; ++i) {
-        out[i] += "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n";
-        out[i].add_message_text(trim(messages[i].content));
-        out[i] += "<|eot_id|>";
+      size_t first = has_system ? 1 : 0;
+      if (tools) {
+        // tools_in_user_message: the first message after the system one carries the tools, as a user turn.
+        if (first == n)
+          fail("{}: Cannot put tools in the first user message when there's no first user message!", source_);
+        out[first] += "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON "
+                      "for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the "
+                      "format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not "
+                      "use variables.\n\n";
+        for (const auto& tool : options.tools) out[first] += python_json(tool, 4) + "\n\n";
+        out[first].add_message_text(trim(messages[first].content));
+        out[first] += "<|eot_id|>";
+        ++first;
+      }
+      for (size_t i = first; i < n; ++i) {
+        const ChatMessage& m = messages[i];
+        if (!m.tool_calls.empty()) {
+          // '{"name": "' + tool_call.name + '", ' + '"parameters": ' + tool_call.arguments | tojson + "}"
+          out[i] += "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"";
+          out[i].add_message_text(m.tool_calls[0].name);
+          out[i] += "\", \"parameters\": ";
+          out[i].add_message_text(python_json(m.tool_calls[0].arguments));
+          out[i] += "}<|eot_id|>";
+        } else if (m.role == "tool" || m.role == "ipython") {
+          // A string is iterable to Jinja: {{- message.content | tojson }}.
+          out[i] += "<|start_header_id|>ipython<|end_header_id|>\n\n";
+          out[i].add_message_text(python_json(m.content));
+          out[i] += "<|eot_id|>";
+        } else {
+          out[i] += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+          out[i].add_message_text(trim(m.content));
+          out[i] += "<|eot_id|>";
+        }
       }
       head += out[0];
       out[0] = std::move(head);
@@ -335,7 +434,18 @@ std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMess
     case ChatFormat::Qwen3: {
       const bool qwen3 = format_ == ChatFormat::Qwen3;
       PromptText head;
-      if (messages[0].role == "system") {
+      if (!options.tools.empty()) {
+        // {%- if tools %}: the system text (Qwen2.5: or its default; Qwen3: with "\n\n" after it), then the
+        // tools block.
+        head += "<|im_start|>system\n";
+        if (messages[0].role == "system") {
+          head.add_message_text(messages[0].content);
+          head += "\n\n";
+        } else if (!qwen3) {
+          head += default_system_ + "\n\n";
+        }
+        head += hermes_tools_block(options.tools);
+      } else if (messages[0].role == "system") {
         head += "<|im_start|>system\n";
         head.add_message_text(messages[0].content);
         head += "<|im_end|>\n";
@@ -362,8 +472,18 @@ std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMess
           s += "<|im_end|>\n";
         } else if (m.role == "assistant") {
           if (!qwen3) {
-            s += "<|im_start|>assistant\n";
-            s.add_message_text(m.content);
+            if (m.tool_calls.empty()) {
+              s += "<|im_start|>assistant\n";
+              s.add_message_text(m.content);
+            } else {
+              // '<|im_start|>' + message.role, then '\n' + message.content if any, then each call.
+              s += "<|im_start|>assistant";
+              if (!m.content.empty()) {
+                s += "\n";
+                s.add_message_text(m.content);
+              }
+              for (const ChatToolCall& call : m.tool_calls) add_hermes_call(s, call, "\n", false);
+            }
             s += "<|im_end|>\n";
             continue;
           }
@@ -384,6 +504,9 @@ std::vector<PromptText> ChatTemplate::render_messages(const std::vector<ChatMess
             s += "<|im_start|>assistant\n";
             s.add_message_text(content);
           }
+          // {%- if (loop.first and content) or (not loop.first) %}{{- '\n' }}; a string's arguments as they are.
+          for (size_t k = 0; k < m.tool_calls.size(); ++k)
+            add_hermes_call(s, m.tool_calls[k], k > 0 || !content.empty() ? "\n" : "", true);
           s += "<|im_end|>\n";
         } else if (m.role == "tool") {
           if (i == 0 || messages[i - 1].role != "tool") s += "<|im_start|>user";

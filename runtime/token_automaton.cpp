@@ -8,6 +8,7 @@
 
 #include "runtime/json_schema.h"
 #include "runtime/regex_syntax.h"
+#include "runtime/tool_call_grammar.h"
 
 namespace mk::constraint {
 
@@ -77,6 +78,7 @@ ByteDfa compile_constraint(const ConstraintSpec& spec) {
       return determinize(nfa, json_schema_fragment(nfa, schema), "json_schema");
     }
     case ConstraintSpec::Kind::Regex: return determinize(nfa, compile_regex(nfa, spec.text, RegexTarget::Utf8, "regex"), "regex");
+    case ConstraintSpec::Kind::ToolCalls: return determinize(nfa, tool_calls_fragment(nfa, spec.text), "tool calls");
     case ConstraintSpec::Kind::None: break;
   }
   constraint_fail("internal: no constraint to compile");

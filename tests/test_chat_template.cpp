@@ -165,8 +165,9 @@ TEST(ChatTemplate, RejectsWhatItCannotRender) {
   msg = error_of([&] { q.render(conv({{"narrator", "x"}}), true); });
   EXPECT_NE(msg.find("role \"narrator\""), std::string::npos) << msg;
   const ChatTemplate l = ChatTemplate::from_source(kLlama31, "<|begin_of_text|>", "t");
-  msg = error_of([&] { l.render(conv({{"user", "x"}, {"tool", "{}"}}), true); });
-  EXPECT_NE(msg.find("role \"tool\""), std::string::npos) << msg;
+  const ChatTemplate lt = ChatTemplate::from_source(std::string(kLlama31) + "tool_call", "<|begin_of_text|>", "t");
+  msg = error_of([&] { lt.render({{"user", "x"}, {"user", "", {{"f", nlohmann::ordered_json::object()}}}}, true); });
+  EXPECT_NE(msg.find("only an assistant message makes tool calls"), std::string::npos) << msg;
   msg = error_of([&] { l.render_continuation(conv({{"user", "x"}, {"user", "y"}}), 1, true); });
   EXPECT_NE(msg.find("must be the assistant's reply"), std::string::npos) << msg;
   msg = error_of([&] { l.render_continuation(conv({{"user", "x"}}), 3, true); });
@@ -202,7 +203,9 @@ TEST(ChatTemplate, Llama31DateOption) {
 // ---------------------------------------------------------------------------------------------------
 // Outside reference: the models' own templates rendered by @huggingface/jinja.
 
-json load_chat_reference() {
+// J: json, or ordered_json where the order of keys matters (tools are rendered in the client's order).
+template <class J = json>
+J load_chat_reference() {
   const char* env = std::getenv("MK_TOKENIZER_REF_DIR");
   const std::filesystem::path dir = env != nullptr && *env != '\0' ? env : MK_TOKENIZER_REF_DIR;
   std::ifstream in(dir / "chat_ref.json", std::ios::binary);
@@ -210,11 +213,11 @@ json load_chat_reference() {
     ADD_FAILURE() << "reference data missing: " << (dir / "chat_ref.json")
                   << ". It is produced by the ctest fixture test 'tokenizer_reference_setup' (scripts/tokenizer_reference.sh "
                   << dir << "), which needs node + npm and the npm registry.";
-    return json();
+    return J();
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  return json::parse(ss.str());
+  return J::parse(ss.str());
 }
 
 std::string escape(const std::string& s) {
@@ -288,6 +291,73 @@ TEST(ChatTemplateReference, Llama31) { check_template("llama3_2", ChatFormat::Ll
 TEST(ChatTemplateReference, Qwen25ChatML) { check_template("qwen2_5", ChatFormat::ChatML); }
 TEST(ChatTemplateReference, Qwen3) { check_template("qwen3", ChatFormat::Qwen3); }
 TEST(ChatTemplateReference, Gemma3) { check_template("gemma3", ChatFormat::Gemma); }
+
+
+// Tools and tool calls: the reference's renderings with tools (OpenAI's form, keys in order), assistant
+// turns with calls, tool results; where the template raises, the renderer fails with its message.
+void check_tool_template(const std::string& name, ToolCallFormat format) {
+  using ojson = nlohmann::ordered_json;
+  const ojson ref = load_chat_reference<ojson>();
+  if (ref.is_null()) return;
+  const ojson* entry = nullptr;
+  for (const ojson& t : ref["templates"])
+    if (t["name"] == name) entry = &t;
+  ASSERT_NE(entry, nullptr) << name;
+  const ChatTemplate tmpl = ChatTemplate::load((*entry)["model_dir"].get<std::string>());
+  EXPECT_EQ(tmpl.tool_call_format(), format) << name;
+  size_t renders = 0, refusals = 0;
+  for (const ojson& c : (*entry)["tool_cases"]) {
+    std::vector<ChatMessage> messages;
+    for (const ojson& m : c["messages"]) {
+      std::vector<ChatToolCall> calls;
+      if (m.contains("tool_calls"))
+        for (const ojson& call : m["tool_calls"]) calls.push_back({call["function"]["name"].get<std::string>(), call["function"]["arguments"]});
+      messages.emplace_back(m["role"].get<std::string>(), m["content"].get<std::string>(), std::move(calls));
+    }
+    ChatOptions options;
+    if (c["vars"].contains("date_string")) options.date_string = c["vars"]["date_string"].get<std::string>();
+    if (c["vars"].contains("tools"))
+      for (const ojson& t : c["vars"]["tools"]) options.tools.push_back(t);
+    const bool gen = c["add_generation_prompt"].get<bool>();
+    if (c.contains("error")) {
+      const std::string msg = error_of([&] { tmpl.render(messages, gen, options); });
+      EXPECT_NE(msg.find(c["error"].get<std::string>()), std::string::npos) << name << " " << c["messages"].dump() << ": " << msg;
+      ++refusals;
+      continue;
+    }
+    EXPECT_EQ(escape(tmpl.render(messages, gen, options)), escape(c["expected"].get<std::string>()))
+        << name << " " << c["messages"].dump() << " " << c["vars"].dump() << " gen=" << gen;
+    ++renders;
+  }
+  EXPECT_GE(renders, 16u) << name;
+  std::cout << name << ": " << renders << " renderings with tools, " << refusals << " refusals checked\n";
+}
+
+TEST(ChatTemplateReference, Llama31Tools) { check_tool_template("llama3_2", ToolCallFormat::Llama3Json); }
+TEST(ChatTemplateReference, Qwen25Tools) { check_tool_template("qwen2_5", ToolCallFormat::Hermes); }
+TEST(ChatTemplateReference, Qwen3Tools) { check_tool_template("qwen3", ToolCallFormat::Hermes); }
+
+// Tools with a template that renders none (the original Llama 3, Gemma) are refused, not dropped.
+TEST(ChatTemplate, ToolsNeedATemplateThatRendersThem) {
+  const ChatTemplate g = ChatTemplate::from_source(kGemma, "<bos>", "gemma/tokenizer_config.json");
+  EXPECT_EQ(g.tool_call_format(), ToolCallFormat::None);
+  ChatOptions o;
+  o.tools.push_back(nlohmann::ordered_json::parse(R"({"type": "function", "function": {"name": "f"}})"));
+  EXPECT_NE(error_of([&] { g.render({{"user", "q"}}, true, o); }).find("renders no tools"), std::string::npos);
+  EXPECT_NE(error_of([&] { g.render({{"user", "q"}, {"assistant", "", {{"f", nlohmann::ordered_json::object()}}}}, true); })
+                .find("renders no tool calls"),
+            std::string::npos);
+}
+
+// json.dumps(..., ensure_ascii=False) with and without indent.
+TEST(ChatTemplate, PythonJsonIsJsonDumps) {
+  const auto v = nlohmann::ordered_json::parse(R"({"b": [1, 2.5, "é\n", {}], "a": {"x": null, "y": []}, "c": true})");
+  EXPECT_EQ(python_json(v), R"({"b": [1, 2.5, "é\n", {}], "a": {"x": null, "y": []}, "c": true})");
+  EXPECT_EQ(python_json(v, 2), "{\n  \"b\": [\n    1,\n    2.5,\n    \"é\\n\",\n    {}\n  ],\n  \"a\": {\n    \"x\": null,\n    "
+                               "\"y\": []\n  },\n  \"c\": true\n}");
+  EXPECT_EQ(python_json(nlohmann::ordered_json(1.0)), "1.0");
+  EXPECT_EQ(python_json(nlohmann::ordered_json("a\"b")), "\"a\\\"b\"");
+}
 
 }  // namespace
 }  // namespace mk

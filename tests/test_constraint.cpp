@@ -7,6 +7,7 @@
 #include "runtime/json_schema.h"
 #include "runtime/regex_syntax.h"
 #include "runtime/token_automaton.h"
+#include "runtime/tool_call_grammar.h"
 
 namespace mk::constraint {
 namespace {
@@ -170,6 +171,54 @@ int32_t id_of(const TokenVocabulary& v, std::string_view bytes) {
   for (int32_t t = 0; t < v.size(); ++t)
     if (v.bytes(t) == bytes) return t;
   return -1;
+}
+
+// tool_choice required / a named function: calls in the model's format, arguments under their schema.
+std::vector<ToolFunction> weather_and_now() {
+  return {{"get_weather",
+           nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                          "unit": {"enum": ["c", "f"]}}, "required": ["city", "unit"], "additionalProperties": false})"),
+           "tools[0].function.parameters"},
+          {"now", std::nullopt, "tools[1].function.parameters"}};
+}
+
+TEST(ToolCalls, HermesCallsOneOrMoreWithValidArguments) {
+  const ByteDfa several = compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, weather_and_now(), true));
+  const std::string weather = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"c\"}}\n</tool_call>";
+  const std::string now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  for (const std::string& yes : {weather, now, weather + "\n" + now, now + "\n" + now + "\n" + weather}) EXPECT_TRUE(several.matches(yes)) << yes;
+  for (const std::string& no : std::vector<std::string>{"", "text " + weather, weather + "\n", weather + now,
+                               "<tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call>",
+                               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+                               "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Reykjavik\", \"unit\": \"c\"}}\n</tool_call>",
+                               "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"x\": 1}}\n</tool_call>"})
+    EXPECT_FALSE(several.matches(no)) << no;
+  std::string most = now;
+  for (int i = 1; i < kMaxToolCalls; ++i) most += "\n" + now;
+  EXPECT_TRUE(several.matches(most));
+  EXPECT_FALSE(several.matches(most + "\n" + now));
+  const ByteDfa one = compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, weather_and_now(), false));
+  EXPECT_TRUE(one.matches(now));
+  EXPECT_FALSE(one.matches(now + "\n" + now));
+}
+
+TEST(ToolCalls, Llama3IsOneCallObject) {
+  const ByteDfa d = compile_constraint(tool_call_constraint(ToolCallFormat::Llama3Json, weather_and_now(), true));
+  EXPECT_TRUE(d.matches(R"({"name": "get_weather", "parameters": {"city": "Rome", "unit": "f"}})"));
+  EXPECT_TRUE(d.matches(R"({"name": "now", "parameters": {}})"));
+  EXPECT_FALSE(d.matches(R"({"name": "now", "parameters": {}}{"name": "now", "parameters": {}})"));
+  EXPECT_FALSE(d.matches(R"({"name": "now", "arguments": {}})"));
+}
+
+TEST(ToolCalls, ParameterSchemasAreCheckedByName) {
+  std::vector<ToolFunction> f = weather_and_now();
+  f[0].parameters = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}})");
+  EXPECT_THAT(error_of([&] { compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, f, true)); }),
+              HasSubstr("tools[0].function.parameters: "));
+  EXPECT_THAT(error_of([&] { compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, f, true)); }), HasSubstr("minimum"));
+  f[0].parameters = nlohmann::ordered_json::parse(R"({"type": "string"})");
+  EXPECT_THAT(error_of([&] { compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, f, true)); }),
+              HasSubstr("tools[0].function.parameters: the arguments are a JSON object"));
 }
 
 TEST(TokenAutomaton, AllowsExactlyTheTokensThatStayInTheLanguage) {

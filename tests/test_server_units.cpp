@@ -24,6 +24,7 @@
 #include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
 #include "host/server/stop_filter.h"
+#include "host/server/tool_call_parser.h"
 #include "runtime/decode_backend.h"
 #include "tests/helpers/tiny_chat_model.h"
 
@@ -164,7 +165,13 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
       {R"({"messages": [{"role": "user", "content": 5}]})", "'messages[0].content' must be a string or an array of text parts"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})",
        "'messages[0].content[0]' is a \"image_url\" part; only \"text\" parts are supported"},
-      {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{}]}]})", "tool calls are not supported"},
+      {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{}]}]})", "'messages[0].tool_calls[0].function' must be an object"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"function": {"name": "f"}}]}]})",
+       "'messages[0].tool_calls': only an assistant message has tool calls"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": 1}}]}]})", "'messages[0].tool_calls[0].function.name' must be a string"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]}]})",
+       "'messages[0].tool_calls[0].function.arguments' must be a string of JSON"},
+      {R"({"messages": [{"role": "tool", "content": "x", "tool_call_id": 4}]})", "'messages[0].tool_call_id' must be a string"},
       {R"({"messages": [{"role": "user", "content": "x"}], "model": 3})", "'model' must be a string"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "'temperature' must be a number (got a string)"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": -1})", "'temperature' must be in [0, 100]"},
@@ -197,7 +204,27 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", "'top_logprobs' needs 'logprobs': true"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21})",
        "'top_logprobs' must be an integer from 0 to 20 (got 21)"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "'tools' is not supported"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "'tools' must be an array"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "'tools[0].function' must be an object"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "retrieval", "function": {"name": "f"}}]})",
+       "'tools[0].type' must be \"function\""},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+       "'tools[0].function.name' must be a string of a-z, A-Z, 0-9, '_' and '-'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]})",
+       "'tools[0].function.parameters' must be a JSON schema (an object)"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}},
+                                                                   {"type": "function", "function": {"name": "f"}}]})",
+       "'tools[1].function.name': \"f\" is given twice"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto"})", "'tool_choice' needs 'tools'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "any"})",
+       "'tool_choice' must be \"none\", \"auto\", \"required\" or"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+           "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+       "'tool_choice' names the function \"g\", which is not in 'tools'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+           "response_format": {"type": "json_object"}})",
+       "'response_format' cannot be combined with a 'tool_choice' that forces a call"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]})", "'functions' is not supported: it is the deprecated form"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
        "'response_format' type 'xml' is not supported: text, json_object or json_schema"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": "json"})", "'response_format' must be an object with a string 'type'"},
@@ -235,6 +262,149 @@ TEST(ServerRequest, MalformedBodiesNameTheProblem) {
     EXPECT_THAT(e.what(), HasSubstr("'stop' has 3 strings; at most 2"));
     EXPECT_EQ(e.param(), "stop");
   }
+}
+
+TEST(ServerRequest, ReadsToolsToolChoiceAndToolMessages) {
+  const CompletionRequest r = parse_request(Endpoint::Chat, R"({
+    "messages": [{"role": "user", "content": "Weather?"},
+                 {"role": "assistant", "content": null,
+                  "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"z\": 1, \"a\": [2]}"}},
+                                 {"id": "call_2", "type": "function", "function": {"name": "now", "arguments": "not json"}}]},
+                 {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}},
+              {"type": "function", "function": {"name": "now", "description": "the time"}}],
+    "tool_choice": {"type": "function", "function": {"name": "now"}}, "parallel_tool_calls": false})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1].content, "");
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 2u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments.dump(), R"({"z":1,"a":[2]})");  // the client's order
+  EXPECT_EQ(r.messages[1].tool_calls[1].arguments, "not json");                  // kept as a string
+  EXPECT_EQ(r.messages[2].role, "tool");
+  ASSERT_EQ(r.tools.size(), 2u);
+  EXPECT_EQ(r.tools[0]["function"]["parameters"]["properties"].dump(), R"({"z":{},"a":{}})");
+  EXPECT_EQ(r.tool_names(), (std::vector<std::string>{"get_weather", "now"}));
+  EXPECT_EQ(r.tool_choice, ToolChoice::Function);
+  EXPECT_EQ(r.tool_choice_function, "now");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  const auto choice = [](const char* c) {
+    return parse_request(Endpoint::Chat, fmt::format(R"({{"messages": [{{"role": "user", "content": "x"}}],
+        "tools": [{{"type": "function", "function": {{"name": "f"}}}}]{}}})", c)).tool_choice;
+  };
+  EXPECT_EQ(choice(""), ToolChoice::Auto);
+  EXPECT_EQ(choice(R"(, "tool_choice": "none")"), ToolChoice::None);
+  EXPECT_EQ(choice(R"(, "tool_choice": "required")"), ToolChoice::Required);
+  EXPECT_EQ(parse_request(Endpoint::Chat, R"({"messages": [{"role": "user", "content": "x"}], "tools": []})").tool_choice, ToolChoice::None);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Tool calls read out of replies
+
+ParsedReply whole(ToolCallFormat f, std::string_view text) { return parse_tool_calls(f, {"get_weather", "now"}, text); }
+
+TEST(ServerToolCalls, HermesBlocksAreCallsTheTextAroundThemContent) {
+  ParsedReply r = whole(ToolCallFormat::Hermes,
+                        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, {\"}\": \"]\"}]}}\n"
+                        "</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>");
+  EXPECT_EQ(r.content, "Let me check.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "Paris", "n": [1, {"}": "]"}]})");
+  EXPECT_EQ(r.calls[1].name, "now");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  // An unknown function, or a block that is not a call, stays content, whole.
+  r = whole(ToolCallFormat::Hermes, "a <tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call> b");
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, "a <tool_call>\n{\"name\": \"rm\", \"arguments\": {}}\n</tool_call> b");
+  r = whole(ToolCallFormat::Hermes, "<tool_call>oops");
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, "<tool_call>oops");
+  // A reply cut inside a call keeps the call, its arguments as far as they came.
+  r = whole(ToolCallFormat::Hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"a\": 1");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"a": 1)");
+  EXPECT_EQ(r.content, "");
+  EXPECT_EQ(whole(ToolCallFormat::Hermes, "no calls\n").content, "no calls\n");
+}
+
+TEST(ServerToolCalls, Llama3ReplyIsACallOnlyWhenItIsOneCallObject) {
+  ParsedReply r = whole(ToolCallFormat::Llama3Json, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(r.content, "");
+  r = whole(ToolCallFormat::Llama3Json, "<|python_tag|>{\"name\": \"now\", \"arguments\": {}}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "now");
+  for (const char* content : {"{\"answer\": 42}", "It is {\"name\": \"now\"}", "{\"name\": \"rm\", \"parameters\": {}}", "", "  "}) {
+    r = whole(ToolCallFormat::Llama3Json, content);
+    EXPECT_TRUE(r.calls.empty()) << content;
+    EXPECT_EQ(r.content, content);
+  }
+}
+
+// Streamed in pieces of any size, the events add up to the whole reply's parse, and a call's name comes
+// before any of its arguments.
+TEST(ServerToolCalls, RandomSplitsGiveTheWholeRepliesCalls) {
+  std::mt19937 rng(5);
+  const std::vector<std::pair<ToolCallFormat, std::string>> replies = {
+      {ToolCallFormat::Hermes, "I will.\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"a\\\"}b\"}}\n</tool_call>\n"
+                               "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>\n"},
+      {ToolCallFormat::Hermes, "<tool_call> {\"name\": \"now\", \"arguments\": [1, 2]} </tool_call> after"},
+      {ToolCallFormat::Hermes, "<tool_cal <tool_call>\n{\"name\": \"x\", \"arguments\": 1}</tool_call>"},
+      {ToolCallFormat::Llama3Json, "\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"{[\"}}"},
+      {ToolCallFormat::Llama3Json, "{\"name\": \"get_weather\", \"x\": 1}"},
+  };
+  for (const auto& [format, text] : replies) {
+    const ParsedReply expected = whole(format, text);
+    for (int round = 0; round < 300; ++round) {
+      ToolCallParser p(format, {"get_weather", "now"});
+      ParsedReply got;
+      std::vector<bool> named;
+      const auto take = [&](const std::vector<ToolCallEvent>& events) {
+        for (const ToolCallEvent& e : events) {
+          if (e.kind == ToolCallEvent::Kind::Content) got.content += e.text;
+          if (e.kind == ToolCallEvent::Kind::Call) {
+            ASSERT_EQ(e.index, got.calls.size());
+            got.calls.push_back({e.text, ""});
+          }
+          if (e.kind == ToolCallEvent::Kind::Arguments) {
+            ASSERT_LT(e.index, got.calls.size());
+            got.calls[e.index].arguments += e.text;
+          }
+        }
+      };
+      for (size_t at = 0; at < text.size();) {
+        const size_t len = std::uniform_int_distribution<size_t>(1, 6)(rng);
+        take(p.push(std::string_view(text).substr(at, std::min(len, text.size() - at))));
+        at += len;
+      }
+      take(p.finish());
+      EXPECT_EQ(got.content, expected.content) << text;
+      ASSERT_EQ(got.calls.size(), expected.calls.size()) << text;
+      for (size_t i = 0; i < got.calls.size(); ++i) {
+        EXPECT_EQ(got.calls[i].name, expected.calls[i].name);
+        EXPECT_EQ(got.calls[i].arguments, expected.calls[i].arguments);
+      }
+    }
+  }
+  // The whole parses, checked by hand.
+  ParsedReply r = whole(ToolCallFormat::Hermes, replies[0].second);
+  EXPECT_EQ(r.content, "I will.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "a\"}b"})");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  r = whole(ToolCallFormat::Hermes, replies[1].second);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "[1, 2]");
+  EXPECT_EQ(r.content, "after");
+  r = whole(ToolCallFormat::Hermes, replies[2].second);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, replies[2].second);
+  r = whole(ToolCallFormat::Llama3Json, replies[3].second);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, R"({"city": "{["})");
+  EXPECT_TRUE(whole(ToolCallFormat::Llama3Json, replies[4].second).calls.empty());
 }
 
 TEST(ServerRequest, DeeplyNestedJsonIsAnErrorNotACrash) {

@@ -34,6 +34,8 @@
 #include "host/server/request.h"
 #include "host/server/request_gate.h"
 #include "host/server/scheduler.h"
+#include "host/server/tool_call_parser.h"
+#include "runtime/tool_call_grammar.h"
 
 namespace mk::server {
 namespace {
@@ -143,6 +145,12 @@ struct InlineTaskQueue final : httplib::TaskQueue {
 
 }  // namespace
 
+// How a chat reply is read for tool calls: the model's format (None: it is not) and the functions.
+struct ToolReading {
+  ToolCallFormat format = ToolCallFormat::None;
+  std::vector<std::string> names;
+};
+
 struct HttpServer::Impl {
   Impl(Engine& e, const ServerConfig& c)
       : engine(e), config(c), gate_limits(gate_limits_for(c)), session(engine.create_session()), context(session->stats().context_size),
@@ -214,6 +222,14 @@ struct HttpServer::Impl {
         throw invalid_request("this model directory has no usable chat template; use /v1/completions with a prompt", "messages");
       ChatOptions options;
       options.enable_thinking = r.enable_thinking;
+      if (r.tool_choice != ToolChoice::None) {
+        if (engine.chat_template().tool_call_format() == ToolCallFormat::None)
+          throw invalid_request(fmt::format("'tools': this model's chat template ({}) has no tool-call format; tool calls need a "
+                                            "Llama 3.1/3.2 or a Qwen2.5/Qwen3 (<tool_call>) template",
+                                            engine.chat_template().format_name()),
+                                "tools");
+        options.tools = r.tools;  // tool_choice none: the model is not shown them
+      }
       try {
         job->prompt = engine.encode_chat(r.messages, options);
       } catch (const EngineError& e) {
@@ -267,6 +283,26 @@ struct HttpServer::Impl {
       }
       job->params.constraint = r.constraint;
     }
+    // tool_choice required or a function: the reply is a call (one or more where the format and
+    // parallel_tool_calls allow), its arguments valid under the function's parameter schema.
+    if (r.tool_choice == ToolChoice::Required || r.tool_choice == ToolChoice::Function) {
+      std::vector<constraint::ToolFunction> functions;
+      for (size_t i = 0; i < r.tools.size(); ++i) {
+        const auto& f = r.tools[i]["function"];
+        if (r.tool_choice == ToolChoice::Function && f["name"] != r.tool_choice_function) continue;
+        constraint::ToolFunction fn{f["name"].get<std::string>(), std::nullopt, fmt::format("tools[{}].function.parameters", i)};
+        if (f.contains("parameters") && !f["parameters"].is_null()) fn.parameters = f["parameters"];
+        functions.push_back(std::move(fn));
+      }
+      // A named function is called once.
+      job->params.constraint = constraint::tool_call_constraint(engine.chat_template().tool_call_format(), functions,
+                                                                r.tool_choice == ToolChoice::Required && r.parallel_tool_calls);
+      try {
+        engine.compile_constraint(job->params.constraint, "tools");
+      } catch (const EngineError& e) {
+        throw invalid_request(e.what(), "tools");
+      }
+    }
     return job;
   }
 
@@ -297,6 +333,9 @@ struct HttpServer::Impl {
     // Qwen3's thinking (on unless the request turns it off): the reply's <think> block is its reasoning.
     const bool split_reasoning = endpoint == Endpoint::Chat && engine.chat_template().format() == ChatFormat::Qwen3 &&
                                  r.enable_thinking.value_or(true);
+    // With tools the model may call, its content is read for calls.
+    ToolReading tools;
+    if (r.tool_choice != ToolChoice::None) tools = {engine.chat_template().tool_call_format(), r.tool_names()};
     // Also when the response never starts (the client left before the headers went out); a no-op once done.
     auto release = [this, job](bool) { scheduler.cancel(job); };
     if (r.stream) {
@@ -304,15 +343,17 @@ struct HttpServer::Impl {
       res.set_header("X-Accel-Buffering", "no");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, job, ids, path, usage = r.include_usage, split_reasoning](size_t, DataSink& sink) {
-            return stream(job, ids, usage, split_reasoning, path, sink);
+          [this, job, ids, path, usage = r.include_usage, split_reasoning, tools](size_t, DataSink& sink) {
+            return stream(job, ids, usage, split_reasoning, tools, path, sink);
           },
           release);
     } else {
       // Sent through a provider too, so that a client that goes away while waiting is noticed.
       res.set_chunked_content_provider(
           "application/json",
-          [this, job, ids, path, split_reasoning](size_t, DataSink& sink) { return respond(job, ids, split_reasoning, path, sink); },
+          [this, job, ids, path, split_reasoning, tools](size_t, DataSink& sink) {
+            return respond(job, ids, split_reasoning, tools, path, sink);
+          },
           release);
     }
   }
@@ -339,11 +380,14 @@ struct HttpServer::Impl {
     return u;
   }
 
-  bool stream(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool usage, bool split_reasoning, const std::string& path,
-              DataSink& sink) {
+  bool stream(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool usage, bool split_reasoning, const ToolReading& tools,
+              const std::string& path, DataSink& sink) {
     bool first = true;
     std::optional<ReasoningSplitter> splitter;
     if (split_reasoning) splitter.emplace();
+    std::optional<ToolCallParser> calls;
+    if (tools.format != ToolCallFormat::None) calls.emplace(tools.format, tools.names);
+    bool called = false;
     // With logprobs: the entries of the tokens generated since the last chunk go out with the next one
     // (text held back by a stop string or an incomplete character goes out later, its tokens with it).
     std::vector<LogprobEntry> entries;
@@ -355,11 +399,26 @@ struct HttpServer::Impl {
       entries.clear();
       return j;
     };
+    // The tool-call parser's events: content as text, calls as OpenAI streams them.
+    const auto send_events = [&](const std::vector<ToolCallEvent>& events) {
+      for (const ToolCallEvent& e : events) {
+        called = called || e.kind == ToolCallEvent::Kind::Call;
+        const json chunk = e.kind == ToolCallEvent::Kind::Content ? text_chunk(ids, e.text, first, usage, false, take_logprobs())
+                                                                  : tool_call_chunk(ids, e, first, usage, take_logprobs());
+        if (!write(sink, sse_event(chunk))) return false;
+        first = false;
+      }
+      return true;
+    };
     // One chunk for each non-empty part; false when the client is gone.
     const auto send = [&](const SplitText& parts) {
       for (const bool reasoning : {true, false}) {
         const std::string& text = reasoning ? parts.reasoning : parts.content;
         if (text.empty()) continue;
+        if (!reasoning && calls) {
+          if (!send_events(calls->push(text))) return false;
+          continue;
+        }
         if (!write(sink, sse_event(text_chunk(ids, text, first, usage, reasoning, take_logprobs())))) return false;
         first = false;
       }
@@ -373,13 +432,15 @@ struct HttpServer::Impl {
       if (u->done) break;
     }
     if (splitter && !send(splitter->finish())) return gone(job, path, true);
+    if (calls && !send_events(calls->finish())) return gone(job, path, true);
     // Tokens whose text never went out (a stop string's, a reply of only held-back text): a chunk of no text.
     if (!entries.empty()) {
       if (!write(sink, sse_event(text_chunk(ids, "", first, usage, false, take_logprobs())))) return gone(job, path, true);
       first = false;
     }
-    const JobOutcome o = job->outcome();
+    JobOutcome o = job->outcome();
     log_generation(path, true, o);
+    if (called && o.finish_reason == "stop") o.finish_reason = "tool_calls";
     if (o.finish_reason == "error" || o.finish_reason == "cancelled") {
       // The status line went out long ago: the failure travels as an event (OpenAI's clients raise it).
       const ApiError e = o.finish_reason == "error" ? ApiError(500, "server_error", fmt::format("generation failed: {}", o.error))
@@ -397,7 +458,8 @@ struct HttpServer::Impl {
     return true;
   }
 
-  bool respond(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool split_reasoning, const std::string& path, DataSink& sink) {
+  bool respond(const std::shared_ptr<Job>& job, const ResponseIds& ids, bool split_reasoning, const ToolReading& tools,
+               const std::string& path, DataSink& sink) {
     std::string text;
     std::vector<LogprobEntry> entries;
     for (;;) {
@@ -413,11 +475,16 @@ struct HttpServer::Impl {
       reasoning = std::move(parts.reasoning);
       text = std::move(parts.content);
     }
-    const JobOutcome o = job->outcome();
+    ParsedReply parsed;
+    if (tools.format != ToolCallFormat::None) parsed = parse_tool_calls(tools.format, tools.names, text);
+    else parsed.content = std::move(text);
+    JobOutcome o = job->outcome();
     log_generation(path, false, o);
     // The status (200) is sent: a failure can only cut the connection, which clients report as an error.
     if (o.finish_reason == "error" || o.finish_reason == "cancelled") return false;
-    write(sink, dump(full_response(ids, text, o, reasoning, job->logprobs ? logprobs_json(ids.endpoint, entries) : json(nullptr))));
+    if (!parsed.calls.empty() && o.finish_reason == "stop") o.finish_reason = "tool_calls";
+    write(sink, dump(full_response(ids, parsed.content, o, reasoning, job->logprobs ? logprobs_json(ids.endpoint, entries) : json(nullptr),
+                                   parsed.calls)));
     sink.done();
     return true;
   }

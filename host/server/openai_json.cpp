@@ -1,5 +1,7 @@
 #include "host/server/openai_json.h"
 
+#include <fmt/format.h>
+
 #include "runtime/tokenizer.h"
 
 namespace mk::server {
@@ -88,6 +90,32 @@ json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool 
   return j;
 }
 
+std::string tool_call_id(const ResponseIds& ids, size_t index) {
+  const size_t dash = ids.id.find('-');
+  return fmt::format("call_{}_{}", dash == std::string::npos ? ids.id : ids.id.substr(dash + 1), index);
+}
+
+json tool_call_chunk(const ResponseIds& ids, const ToolCallEvent& event, bool first, bool with_usage_null, json logprobs) {
+  json call = {{"index", event.index}};
+  if (event.kind == ToolCallEvent::Kind::Call) {
+    call["id"] = tool_call_id(ids, event.index);
+    call["type"] = "function";
+    call["function"] = {{"name", event.text}, {"arguments", ""}};
+  } else {
+    call["function"] = {{"arguments", event.text}};
+  }
+  json delta = json::object();
+  if (first) {
+    delta["role"] = "assistant";
+    delta["content"] = nullptr;
+  }
+  delta["tool_calls"] = json::array({std::move(call)});
+  json j = envelope(ids, true);
+  j["choices"] = json::array({choice(ids, std::move(delta), nullptr, std::move(logprobs))});
+  if (with_usage_null) j["usage"] = nullptr;
+  return j;
+}
+
 json finish_chunk(const ResponseIds& ids, const JobOutcome& o, bool with_usage_null) {
   json j = envelope(ids, true);
   j["choices"] = json::array({choice(ids, ids.endpoint == Endpoint::Chat ? json::object() : json(""), o.finish_reason)});
@@ -104,12 +132,20 @@ json usage_chunk(const ResponseIds& ids, const JobOutcome& o) {
 }
 
 json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o, const std::optional<std::string>& reasoning,
-                   json logprobs) {
+                   json logprobs, const std::vector<ParsedToolCall>& calls) {
   json j = envelope(ids, false);
   json c = {{"index", 0}};
   if (ids.endpoint == Endpoint::Chat) {
-    c["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+    c["message"] = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}, {"refusal", nullptr}};
     if (reasoning) c["message"]["reasoning_content"] = *reasoning;
+    if (!calls.empty()) {
+      json list = json::array();
+      for (size_t i = 0; i < calls.size(); ++i)
+        list.push_back({{"id", tool_call_id(ids, i)},
+                        {"type", "function"},
+                        {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}});
+      c["message"]["tool_calls"] = std::move(list);
+    }
   } else {
     c["text"] = text;
   }

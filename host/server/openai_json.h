@@ -13,6 +13,7 @@
 
 #include "host/server/request.h"
 #include "host/server/scheduler.h"
+#include "host/server/tool_call_parser.h"
 
 namespace mk::server {
 
@@ -36,14 +37,21 @@ nlohmann::json timings_json(const JobOutcome& o);
 // `logprobs`: the chunk's choice's "logprobs" (logprobs_json), null when not asked for.
 nlohmann::json text_chunk(const ResponseIds& ids, std::string_view text, bool first, bool with_usage_null, bool reasoning = false,
                           nlohmann::json logprobs = nullptr);
+// A call's id: unique to the response ("call_" + its id's number + "_" + the call's index).
+std::string tool_call_id(const ResponseIds& ids, size_t index);
+// A streamed chunk of a tool call, as OpenAI streams them: a Call event gives the call's index, id, type and
+// name (arguments ""), an Arguments event more of the arguments under the index. `first` adds the role.
+nlohmann::json tool_call_chunk(const ResponseIds& ids, const ToolCallEvent& event, bool first, bool with_usage_null,
+                               nlohmann::json logprobs = nullptr);
 // The chunk that ends the choice: empty delta / text, finish_reason set (plus timings).
 nlohmann::json finish_chunk(const ResponseIds& ids, const JobOutcome& o, bool with_usage_null);
 // The last chunk when include_usage was asked for: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseIds& ids, const JobOutcome& o);
 // The whole response of a request that did not stream. `reasoning` (chat only): the message's
-// "reasoning_content".
+// "reasoning_content". `calls` (chat only): the message's "tool_calls" (its content null when empty).
 nlohmann::json full_response(const ResponseIds& ids, const std::string& text, const JobOutcome& o,
-                             const std::optional<std::string>& reasoning = std::nullopt, nlohmann::json logprobs = nullptr);
+                             const std::optional<std::string>& reasoning = std::nullopt, nlohmann::json logprobs = nullptr,
+                             const std::vector<ParsedToolCall>& calls = {});
 
 // A choice's "logprobs" for `entries`. Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs":
 // [{"token", "logprob", "bytes"}]}], "refusal": null}. Completion (OpenAI's legacy form): {"tokens",

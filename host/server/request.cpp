@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -125,6 +127,43 @@ std::string message_content(const json& content, const std::string& where) {
   return text;
 }
 
+// An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name", "arguments"}}], the
+// arguments a JSON text (kept as a string when it is not JSON, as a template would then render it).
+std::vector<ChatToolCall> parse_tool_calls(const json& calls, const std::string& role, const std::string& at) {
+  if (!calls.is_array()) wrong_type(at, "an array of tool calls", calls);
+  if (!calls.empty() && role != "assistant")
+    throw invalid_request(fmt::format("'{}': only an assistant message has tool calls (role \"{}\")", at, role), at);
+  std::vector<ChatToolCall> out;
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const json& c = calls[j];
+    const std::string cat = fmt::format("{}[{}]", at, j);
+    if (!c.is_object()) wrong_type(cat, "an object", c);
+    if (const json* type = field(c, "type"); type && *type != "function")
+      throw invalid_request(fmt::format("'{}.type' must be \"function\"", cat), cat + ".type");
+    if (const json* id = field(c, "id"); id && !id->is_string()) wrong_type(cat + ".id", "a string", *id);
+    const json* f = field(c, "function");
+    if (!f || !f->is_object()) throw invalid_request(fmt::format("'{}.function' must be an object {{\"name\", \"arguments\"}}", cat), cat + ".function");
+    const json* name = field(*f, "name");
+    if (!name || !name->is_string()) throw invalid_request(fmt::format("'{}.function.name' must be a string", cat), cat + ".function.name");
+    ChatToolCall call{name->get<std::string>(), nlohmann::ordered_json::object()};
+    if (const json* a = field(*f, "arguments")) {
+      if (a->is_string()) {
+        try {
+          call.arguments = nlohmann::ordered_json::parse(a->get<std::string>());
+        } catch (const nlohmann::json::exception&) {
+          call.arguments = a->get<std::string>();
+        }
+      } else if (a->is_object()) {
+        call.arguments = nlohmann::ordered_json::parse(a->dump());
+      } else {
+        wrong_type(cat + ".function.arguments", "a string of JSON", *a);
+      }
+    }
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 std::vector<ChatMessage> parse_messages(const json& body) {
   const json* v = field(body, "messages");
   if (!v) throw invalid_request("'messages' is required: an array of {\"role\", \"content\"} objects", "messages");
@@ -143,11 +182,13 @@ std::vector<ChatMessage> parse_messages(const json& body) {
       throw invalid_request(fmt::format("'{}.role' is \"{}\"; expected \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"",
                                         at, r),
                             at + ".role");
-    if (const json* calls = field(m, "tool_calls"); calls && !(calls->is_array() && calls->empty()))
-      throw invalid_request(fmt::format("'{}.tool_calls': tool calls are not supported", at), at + ".tool_calls");
+    std::vector<ChatToolCall> calls;
+    if (const json* c = field(m, "tool_calls")) calls = parse_tool_calls(*c, r, at + ".tool_calls");
+    if (const json* id = field(m, "tool_call_id"); id && !id->is_string()) wrong_type(at + ".tool_call_id", "a string", *id);
     const json* content = field(m, "content");
-    if (!content) throw invalid_request(fmt::format("'{}.content' is required", at), at + ".content");
-    out.push_back({std::move(r), message_content(*content, at + ".content")});
+    // An assistant message that calls tools may have no content (OpenAI sends null).
+    if (!content && calls.empty()) throw invalid_request(fmt::format("'{}.content' is required", at), at + ".content");
+    out.emplace_back(std::move(r), content ? message_content(*content, at + ".content") : std::string(), std::move(calls));
   }
   return out;
 }
@@ -216,9 +257,8 @@ void reject_unsupported(const json& body) {
   if (const auto e = get_bool(body, "echo"); e && *e) unsupported("echo", "is not supported");
   if (const json* s = field(body, "suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
     unsupported("suffix", "is not supported");
-  for (const char* name : {"tools", "functions"})
-    if (const json* t = field(body, name); t && !(t->is_array() && t->empty()))
-      unsupported(name, "is not supported (no tool calling)");
+  for (const char* name : {"functions", "function_call"})
+    if (field(body, name)) unsupported(name, "is not supported: it is the deprecated form of 'tools' and 'tool_choice'");
 }
 
 // "response_format": text (no constraint), json_object, or json_schema with its schema. The schema's
@@ -246,6 +286,74 @@ void parse_response_format(const json& body, std::string_view text, CompletionRe
   if (!schema || !(schema->is_object() || schema->is_boolean())) bad("needs 'json_schema.schema', the JSON schema (an object)");
   const auto ordered = nlohmann::ordered_json::parse(text);
   out.constraint = {constraint::ConstraintSpec::Kind::JsonSchema, ordered["response_format"]["json_schema"]["schema"].dump()};
+}
+
+// A function's name as OpenAI allows it: a-z, A-Z, 0-9, '_' and '-', at most 64 characters.
+bool valid_function_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(uint8_t(c)) || c == '_' || c == '-'; });
+}
+
+// "tools", "tool_choice", "parallel_tool_calls". The tools are kept from the body parsed again keeping the
+// keys' order (the chat template writes them as they come, and their parameters' properties order the
+// arguments).
+void parse_tools(const json& body, std::string_view text, const Limits& limits, CompletionRequest& out) {
+  const json* tools = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  if (const auto p = get_bool(body, "parallel_tool_calls")) out.parallel_tool_calls = *p;
+  if (tools) {
+    if (!tools->is_array()) wrong_type("tools", "an array of {\"type\": \"function\", \"function\": {...}}", *tools);
+    if (tools->size() > limits.max_tools)
+      throw invalid_request(fmt::format("'tools' has {} entries; at most {}", tools->size(), limits.max_tools), "tools");
+  }
+  if (!tools || tools->empty()) {
+    if (choice && !(choice->is_string() && choice->get<std::string>() == "none"))
+      throw invalid_request("'tool_choice' needs 'tools'", "tool_choice");
+    return;
+  }
+  const auto ordered = nlohmann::ordered_json::parse(text)["tools"];
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    const std::string at = fmt::format("tools[{}]", i);
+    if (!t.is_object()) wrong_type(at, "an object", t);
+    const json* type = field(t, "type");
+    if (!type || *type != "function") throw invalid_request(fmt::format("'{}.type' must be \"function\"", at), at + ".type");
+    const json* f = field(t, "function");
+    if (!f || !f->is_object()) throw invalid_request(fmt::format("'{}.function' must be an object {{\"name\", \"parameters\"}}", at), at + ".function");
+    const json* name = field(*f, "name");
+    if (!name || !name->is_string() || !valid_function_name(name->get<std::string>()))
+      throw invalid_request(fmt::format("'{}.function.name' must be a string of a-z, A-Z, 0-9, '_' and '-', at most 64 characters", at),
+                            at + ".function.name");
+    if (const json* d = field(*f, "description"); d && !d->is_string()) wrong_type(at + ".function.description", "a string", *d);
+    if (const json* p = field(*f, "parameters"); p && !p->is_object())
+      wrong_type(at + ".function.parameters", "a JSON schema (an object)", *p);
+    if (const json* st = field(*f, "strict"); st && !st->is_boolean()) wrong_type(at + ".function.strict", "a boolean", *st);
+    const std::string n = name->get<std::string>();
+    for (const auto& earlier : out.tools)
+      if (earlier["function"]["name"] == n)
+        throw invalid_request(fmt::format("'{}.function.name': \"{}\" is given twice", at, n), at + ".function.name");
+    out.tools.push_back(ordered[i]);
+  }
+  out.tool_choice = ToolChoice::Auto;
+  if (!choice) return;
+  constexpr const char* kExpected = "\"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") out.tool_choice = ToolChoice::None;
+    else if (c == "auto") out.tool_choice = ToolChoice::Auto;
+    else if (c == "required") out.tool_choice = ToolChoice::Required;
+    else throw invalid_request(fmt::format("'tool_choice' must be {} (got \"{}\")", kExpected, c), "tool_choice");
+    return;
+  }
+  const json* f = choice->is_object() ? field(*choice, "function") : nullptr;
+  const json* name = f && f->is_object() ? field(*f, "name") : nullptr;
+  if (!name || !name->is_string()) throw invalid_request(fmt::format("'tool_choice' must be {}", kExpected), "tool_choice");
+  out.tool_choice_function = name->get<std::string>();
+  const auto names = out.tool_names();
+  if (std::find(names.begin(), names.end(), out.tool_choice_function) == names.end())
+    throw invalid_request(fmt::format("'tool_choice' names the function \"{}\", which is not in 'tools'", out.tool_choice_function),
+                          "tool_choice");
+  out.tool_choice = ToolChoice::Function;
 }
 
 // Chat: "logprobs" a boolean, "top_logprobs" 0..20 with it; Completion: "logprobs" an integer 0..20.
@@ -292,6 +400,12 @@ void parse_adjustments(const json& body, CompletionRequest& out) {
 
 }  // namespace
 
+std::vector<std::string> CompletionRequest::tool_names() const {
+  std::vector<std::string> names;
+  for (const auto& t : tools) names.push_back(t["function"]["name"].get<std::string>());
+  return names;
+}
+
 CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, const Limits& limits) {
   json body;
   try {
@@ -315,7 +429,10 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
         out.enable_thinking = think->get<bool>();
       }
     }
+    parse_tools(body, body_text, limits, out);
   } else {
+    for (const char* name : {"tools", "tool_choice"})
+      if (field(body, name)) throw invalid_request(fmt::format("'{}' is for /v1/chat/completions", name), name);
     parse_prompt(body, out);
   }
 
@@ -347,6 +464,9 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
   parse_stop(body, limits, out);
   parse_logprobs(endpoint, body, out);
   parse_response_format(body, body_text, out);
+  if (out.constraint.active() && (out.tool_choice == ToolChoice::Required || out.tool_choice == ToolChoice::Function))
+    throw invalid_request("'response_format' cannot be combined with a 'tool_choice' that forces a call (the reply is then the call)",
+                          "response_format");
   parse_adjustments(body, out);
   return out;
 }

@@ -2,7 +2,7 @@
 // tested on its own (tests/test_server_units.cpp). Every rejection is an ApiError (400) naming the field.
 //
 // Unknown fields are ignored, as OpenAI does. Fields that OpenAI knows but this server cannot honour
-// (n > 1, echo, tools, ...) are rejected rather than silently ignored: a client relying on
+// (n > 1, echo, the deprecated functions, ...) are rejected rather than silently ignored: a client relying on
 // them would otherwise get a different kind of answer than it asked for.
 #pragma once
 
@@ -23,7 +23,12 @@ enum class Endpoint { Chat, Completion };  // /v1/chat/completions, /v1/completi
 struct Limits {
   size_t max_stop_strings = 16;
   size_t max_stop_bytes = 256;  // per stop string
+  size_t max_tools = 128;       // as OpenAI's API
 };
+
+// "tool_choice": none (the tools are not shown to the model), auto (the model may call them), required
+// (it calls one or more), or a named function (it calls that one).
+enum class ToolChoice { None, Auto, Required, Function };
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::Chat;
@@ -49,6 +54,15 @@ struct CompletionRequest {
   // "response_format": {"type": "json_object"} or {"type": "json_schema", "json_schema": {"schema": ...}};
   // the server compiles it against the model's vocabulary (docs/structured_output.md).
   constraint::ConstraintSpec constraint;
+  // Chat: "tools", each {"type": "function", "function": {"name", "description", "parameters", "strict"}}
+  // as the client wrote it (keys in order); "tool_choice" (default auto with tools, else none; the name
+  // in tool_choice_function); "parallel_tool_calls" (default true).
+  std::vector<nlohmann::ordered_json> tools;
+  ToolChoice tool_choice = ToolChoice::None;
+  std::string tool_choice_function;
+  bool parallel_tool_calls = true;
+  // The tools' function names, in order.
+  std::vector<std::string> tool_names() const;
 };
 
 // Parses and checks a request body. Throws ApiError: 400 for malformed JSON, wrong types, values out of

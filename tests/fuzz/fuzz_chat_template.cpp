@@ -10,8 +10,8 @@
 //   - loading succeeds or throws mk::Error naming tokenizer_config.json or chat_template.jinja, with no
 //     nlohmann exception left unconverted except as the parse error of the file;
 //   - render() throws mk::Error exactly for what the header says is rejected (an empty list except for
-//     Llama 3, tool/ipython messages for Llama 3.1, roles other than system/user/assistant/tool for the
-//     ChatML formats), and otherwise returns the prompt; add_generation_prompt appends exactly the
+//     Llama 3, roles other than system/user/assistant/tool for the ChatML formats, the Gemma rules), and
+//     otherwise returns the prompt (Llama 3.1 renders tool/ipython messages as JSON strings); add_generation_prompt appends exactly the
 //     assistant header;
 //   - every user message's content is in the prompt (trimmed for the Llama formats);
 //   - render_continuation(messages, 0) == render(messages), and for Llama 3, Llama 3.1 and ChatML, for
@@ -125,7 +125,6 @@ bool rejected(const mk::ChatTemplate& t, const std::vector<mk::ChatMessage>& mes
   const mk::ChatFormat f = t.format();
   if (messages.empty()) return f != mk::ChatFormat::Llama3;
   for (const mk::ChatMessage& m : messages) {
-    if (f == mk::ChatFormat::Llama31 && (m.role == "tool" || m.role == "ipython")) return true;
     if ((f == mk::ChatFormat::ChatML || f == mk::ChatFormat::Qwen3) && m.role != "system" && m.role != "user" &&
         m.role != "assistant" && m.role != "tool")
       return true;

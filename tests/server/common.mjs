@@ -140,8 +140,9 @@ export class Reference {
     this.context = context;
   }
 
-  chatPrompt(messages) {
-    const text = this.template.render({ messages, add_generation_prompt: true, bos_token: this.config.bos_token ?? "" });
+  chatPrompt(messages, tools = undefined) {
+    const text = this.template.render({ messages, add_generation_prompt: true, bos_token: this.config.bos_token ?? "",
+                                        ...(tools ? { tools } : {}) });
     return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
   }
 

@@ -111,8 +111,8 @@ refused("stream of the wrong type -> 400", [completionUrl, ...auth, ...json, "-d
   { status: 400, param: "stream", message: /'stream' must be a boolean/ });
 refused("n = 2 -> 400", [chatUrl, ...auth, ...json, "-d", '{"messages": [{"role": "user", "content": "x"}], "n": 2}'],
   { status: 400, param: "n", message: /'n' must be 1/ });
-refused("tools -> 400", [chatUrl, ...auth, ...json, "-d", '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'],
-  { status: 400, param: "tools", message: /not supported/ });
+refused("tools with a template that renders none -> 400", [chatUrl, ...auth, ...json, "-d", '{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]}'],
+  { status: 400, param: "tools", message: /has no tool-call format/ });
 refused("a prompt longer than the context -> 400 context_length_exceeded",
   [completionUrl, ...auth, ...json, "-d", JSON.stringify({ prompt: "word ".repeat(200) })],
   { status: 400, param: "prompt", code: "context_length_exceeded", message: /the prompt is \d+ tokens long, but the context holds 64 tokens/ });

@@ -60,7 +60,39 @@ const CONVERSATIONS = [
   [M("user", "q"), M("user", "two user turns in a row")],
   [M("assistant", "an assistant turn first"), M("user", "q")],
 ];
-const TOOL_ROLES = new Set(["tool", "ipython"]);
+
+// Conversations with tools (OpenAI's form) and tool calls, for the templates that render them; arguments
+// hold no whole-number floats (JS writes 1.0 as 1, Python as 1.0).
+const fn = (name, description, parameters) => ({ type: "function", function: { name, description, ...(parameters ? { parameters } : {}) } });
+const WEATHER = fn("get_weather", "Current weather in a city", {
+  type: "object",
+  properties: { city: { type: "string", description: "City name" }, unit: { type: "string", enum: ["c", "f"] } },
+  required: ["city"],
+});
+const SEARCH = fn("search", "Search the web — ünïcode \"quoted\"", {
+  type: "object",
+  properties: { query: { type: "string" }, limit: { type: "integer", minimum: 1 }, tags: { type: "array", items: { type: "string" } } },
+  required: ["query"],
+  additionalProperties: false,
+});
+const NOW = fn("now", "The time", null);
+const CALL = (name, args) => ({ id: `call_${name}`, type: "function", function: { name, arguments: args } });
+const CALLS = (calls, content = "") => ({ role: "assistant", content, tool_calls: calls });
+const TOOL_CONVERSATIONS = [
+  { tools: [WEATHER], messages: [M("user", "Weather in Paris?")] },
+  { tools: [WEATHER, SEARCH, NOW], messages: [SYS, M("user", "  Weather in Paris?  ")] },
+  { tools: [WEATHER], messages: [M("user", "Weather in Paris?"), CALLS([CALL("get_weather", { city: "Paris", unit: "c" })]), M("tool", "{\"temp\": 21}")] },
+  { tools: [WEATHER], messages: [SYS, M("user", "Weather?"), CALLS([CALL("get_weather", { city: "Paris" })], "Checking."), M("tool", "21 degrees"),
+                                 M("assistant", "It is 21."), M("user", "Thanks")] },
+  { tools: [WEATHER, SEARCH], messages: [M("user", "both"), CALLS([CALL("get_weather", { city: "Oslo" }), CALL("search", { query: "news \"today\"\n", limit: 3, tags: [] })]),
+                                         M("tool", "a"), M("tool", "b")] },
+  { tools: [SEARCH], messages: [M("user", "q"), CALLS([CALL("search", { query: "x", tags: ["a", "b"], nested: { deep: [1, { k: null, t: true }] } })])] },
+  { tools: [WEATHER], messages: [M("system", "only a system message")] },
+  { tools: null, messages: [M("user", "q"), CALLS([CALL("get_weather", { city: "Rome" })]), M("tool", "sunny")] },
+  { tools: [WEATHER], messages: [M("user", "q"), CALLS([CALL("get_weather", { city: "Rome" })], "<think>\nneed weather\n</think>\n\n"), M("tool", "sunny")] },
+  { tools: [NOW], messages: [M("user", "Literal <tool_call> and <|eot_id|> in text"), CALLS([CALL("now", {})]), M("tool", "12:00")] },
+];
+const TOOL_TEMPLATES = new Set(["llama3_2", "qwen2_5", "qwen3"]);
 
 const templates = [];
 for (const t of TEMPLATES) {
@@ -69,7 +101,6 @@ for (const t of TEMPLATES) {
   const tmpl = new Template(config.chat_template);
   const special = (v) => (v && typeof v === "object" ? v.content : v) ?? null;
   const base_vars = { bos_token: special(config.bos_token), eos_token: special(config.eos_token) };
-  const is_llama31 = config.chat_template.includes("Cutting Knowledge Date");
   // @huggingface/jinja defines strftime_now (today's date, like transformers), so the Llama 3.2 template
   // always gets an explicit date_string here to stay deterministic.
   const variants = t.name === "llama3_2" ? [{ date_string: "26 Jul 2024" }, { date_string: "02 Jan 2025" }] : [{}];
@@ -88,8 +119,6 @@ for (const t of TEMPLATES) {
 
   const cases = [];
   for (const messages of CONVERSATIONS) {
-    // The Llama 3.1 template renders tool results as JSON (Python's tojson); the C++ renderer rejects them.
-    if (is_llama31 && messages.some((m) => TOOL_ROLES.has(m.role))) continue;
     for (const vars of variants) {
       for (const add_generation_prompt of [true, false]) {
         const full = try_render(messages, add_generation_prompt, vars);
@@ -105,7 +134,18 @@ for (const t of TEMPLATES) {
       }
     }
   }
-  templates.push({ name: t.name, model_dir, cases });
-  console.error(`chat_reference: ${t.name}: ${cases.length} renderings`);
+  // Tool conversations: the whole rendering (with and without the generation prompt), or the refusal.
+  const tool_cases = [];
+  if (TOOL_TEMPLATES.has(t.name)) {
+    for (const { tools, messages } of TOOL_CONVERSATIONS) {
+      const vars = { ...variants[0], ...(tools ? { tools } : {}) };
+      for (const add_generation_prompt of [true, false]) {
+        const full = try_render(messages, add_generation_prompt, vars);
+        tool_cases.push({ messages, add_generation_prompt, vars, ...(full.error !== undefined ? { error: full.error } : { expected: full.text }) });
+      }
+    }
+  }
+  templates.push({ name: t.name, model_dir, cases, tool_cases });
+  console.error(`chat_reference: ${t.name}: ${cases.length} renderings, ${tool_cases.length} with tools`);
 }
 fs.writeFileSync(out_path, JSON.stringify({ templates }, null, 1));
