@@ -63,6 +63,19 @@ __device__ __forceinline__ float shfl(float v, int src_lane) {
 #endif
 }
 
+// 64-bit values (the sampler's token composites) as their two 32-bit halves.
+__device__ __forceinline__ unsigned long long shfl_xor_u64(unsigned long long v, int mask) {
+  const unsigned lo = __float_as_uint(shfl_xor(__uint_as_float(unsigned(v)), mask));
+  const unsigned hi = __float_as_uint(shfl_xor(__uint_as_float(unsigned(v >> 32)), mask));
+  return (unsigned long long)hi << 32 | lo;
+}
+
+__device__ __forceinline__ unsigned long long shfl_u64(unsigned long long v, int src_lane) {
+  const unsigned lo = __float_as_uint(shfl(__uint_as_float(unsigned(v)), src_lane));
+  const unsigned hi = __float_as_uint(shfl(__uint_as_float(unsigned(v >> 32)), src_lane));
+  return (unsigned long long)hi << 32 | lo;
+}
+
 __device__ __forceinline__ unsigned long long ballot(bool pred) {
 #if defined(MK_PLATFORM_NVIDIA)
   return __ballot_sync(0xffffffffu, pred);

@@ -91,13 +91,6 @@ __device__ inline void find_crossing_bin(const uint32_t* hist, int bins, int nee
   __syncthreads();
 }
 
-// The composite of lane `src` of this warp.
-__device__ __forceinline__ TokenComposite shfl_composite(TokenComposite v, int src) {
-  const uint32_t lo = __float_as_uint(shfl(__uint_as_float(uint32_t(v)), src));
-  const uint32_t hi = __float_as_uint(shfl(__uint_as_float(uint32_t(v >> 32)), src));
-  return TokenComposite(hi) << 32 | lo;
-}
-
 // A bitonic sort of items[0, padded) (a power of two <= kSortItems) into descending order. A thread
 // holds kPerThread consecutive items in registers: partners fewer than kPerThread apart are in the
 // thread, up to a warp's items apart are shuffled, only farther ones go through shared memory (10 of
@@ -124,7 +117,7 @@ __device__ inline void bitonic_sort_descending(TokenComposite* items, int padded
         other[0] = e[2], other[1] = e[3], other[2] = e[0], other[3] = e[1];
       } else if (stride / kPer < MK_WARP_SIZE) {
 #pragma unroll
-        for (int r = 0; r < kPer; ++r) other[r] = shfl_composite(e[r], lane_id() ^ (stride / kPer));
+        for (int r = 0; r < kPer; ++r) other[r] = shfl_u64(e[r], lane_id() ^ (stride / kPer));
       } else {
         __syncthreads();
 #pragma unroll
@@ -150,17 +143,16 @@ __device__ inline void bitonic_sort_descending(TokenComposite* items, int padded
 
 // The K (1 <= K <= vocab, K <= kMaxCandidates) largest composites of the `vocab` logits into out[0, K),
 // descending. `out`: room for kSortItems composites of shared memory. `hist`: kSampleBins words of shared
-// memory; with `first_counted` it already holds the counts of the first digit (first_digit) over the
-// whole vocabulary (the LM head's blocks counted their rows). `scratch`: kWarps ints. All threads call
-// it; ends in a barrier.
+// memory holding the counts of the first digit (first_digit) over the whole vocabulary (the LM head's
+// blocks counted their rows). `scratch`: kWarps ints. All threads call it; ends in a barrier.
 //
 // Digits are chosen over the vocabulary until the bin that crosses the K-th place holds at most
 // kMaxCandidates composites (with the counted first digit, often none is); one pass then gathers those
 // above the bin and the bin's (at most K + kMaxCandidates) into `out`, the bin's remaining digits are
 // chosen there, the K to the front, and only they are sorted.
 template <int kInFlight>
-__device__ void select_top_composites(const float* logits, int vocab, int K, uint32_t* hist, bool first_counted,
-                                      TokenComposite* out, int* scratch) {
+__device__ void select_top_composites(const float* logits, int vocab, int K, uint32_t* hist, TokenComposite* out,
+                                      int* scratch) {
   __shared__ int crossing_bin, still_needed, gathered;
   __shared__ uint32_t crossing_count;
   static_assert(kFirstDigitBits == 12, "the digits below add up to 64 bits after a first one of 12");
@@ -208,7 +200,7 @@ __device__ void select_top_composites(const float* logits, int vocab, int K, uin
     });
   };
   // Over the vocabulary until the crossing bin is small (by the last digit it holds one composite).
-  uint32_t count = choose(first_counted, each_logit);
+  uint32_t count = choose(true, each_logit);
   while (count > uint32_t(kMaxCandidates)) {
     skip_known_digits();
     count = choose(false, each_logit);

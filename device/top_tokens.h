@@ -15,9 +15,7 @@ namespace mk::dev {
 __device__ __forceinline__ TokenComposite warp_max(TokenComposite v) {
 #pragma unroll
   for (int o = MK_WARP_SIZE / 2; o > 0; o >>= 1) {
-    const uint32_t lo = __float_as_uint(shfl_xor(__uint_as_float(uint32_t(v)), o));
-    const uint32_t hi = __float_as_uint(shfl_xor(__uint_as_float(uint32_t(v >> 32)), o));
-    const TokenComposite other = (TokenComposite)hi << 32 | lo;
+    const TokenComposite other = shfl_xor_u64(v, o);
     if (other > v) v = other;
   }
   return v;

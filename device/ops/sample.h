@@ -138,7 +138,7 @@ struct SampleOp : OpDefaults {
     // its own in the first digit.
     const int K = sp.candidate_count(vocab, vocab - int(hist[first_digit(logit_key(-INFINITY))]));
     TokenComposite* cand = candidates(smem);
-    select_top_composites<kLogitPiecesInFlight>(logits, vocab, K, hist, true, cand, scan_slots(smem));
+    select_top_composites<kLogitPiecesInFlight>(logits, vocab, K, hist, cand, scan_slots(smem));
     float* probs = reinterpret_cast<float*>(cand + kMaxCandidates);  // past the K candidates
     __shared__ int32_t chosen;
     const int c = choose_in_warp(cand, K, sp, u, probs, probs + kMaxCandidates);

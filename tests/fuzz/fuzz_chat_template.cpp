@@ -3,15 +3,19 @@
 //     tokenizer_config.json \0 chat_template.jinja \0 conversation
 // (an empty second part: no chat_template.jinja). The conversation is messages separated by 0x01; a
 // message's first byte picks its role (system, user, assistant, tool, ipython, or a role no template
-// renders), the rest is its content, any bytes. The conversation's first byte, before the messages,
-// holds the options: bit 0 set enable_thinking, bit 1 its value.
+// renders; byte % 6) and its number of tool calls (byte / 6 % 3, each a call of "f" with the content as
+// its argument), the rest is its content, any bytes. The conversation's first byte, before the messages,
+// holds the options: bit 0 set enable_thinking, bit 1 its value, bit 2 one tool ("f").
 //
 // Invariants, from runtime/chat_template.h (a violation aborts, so libFuzzer keeps the input):
 //   - loading succeeds or throws mk::Error naming tokenizer_config.json or chat_template.jinja, with no
 //     nlohmann exception left unconverted except as the parse error of the file;
 //   - render() throws mk::Error exactly for what the header says is rejected (an empty list except for
-//     Llama 3, roles other than system/user/assistant/tool for the ChatML formats, the Gemma rules), and
-//     otherwise returns the prompt (Llama 3.1 renders tool/ipython messages as JSON strings); add_generation_prompt appends exactly the
+//     Llama 3, roles other than system/user/assistant/tool for the ChatML formats, the Gemma rules, tools
+//     or calls with a template that has no tool-call format, calls on a message that is not the
+//     assistant's, a Llama 3.1 turn of more than one call, Llama 3.1 tools with no message after the
+//     system one), and otherwise returns the prompt (Llama 3.1 renders tool/ipython messages as JSON
+//     strings); add_generation_prompt appends exactly the
 //     assistant header;
 //   - every user message's content is in the prompt (trimmed for the Llama formats);
 //   - render_continuation(messages, 0) == render(messages), and for Llama 3, Llama 3.1 and ChatML, for
@@ -121,9 +125,17 @@ bool trims_content(mk::ChatFormat f) {
 }
 
 // What the header says render() rejects.
-bool rejected(const mk::ChatTemplate& t, const std::vector<mk::ChatMessage>& messages) {
+bool rejected(const mk::ChatTemplate& t, const std::vector<mk::ChatMessage>& messages, const mk::ChatOptions& o) {
   const mk::ChatFormat f = t.format();
-  if (messages.empty()) return f != mk::ChatFormat::Llama3;
+  const bool tools = !o.tools.empty();
+  if (messages.empty()) return f != mk::ChatFormat::Llama3 || tools;
+  if (tools && t.tool_call_format() == mk::ToolCallFormat::None) return true;
+  if (tools && f == mk::ChatFormat::Llama31 && messages.size() == (messages[0].role == "system" ? 1u : 0u)) return true;
+  for (const mk::ChatMessage& m : messages) {
+    if (m.tool_calls.empty()) continue;
+    if (t.tool_call_format() == mk::ToolCallFormat::None || m.role != "assistant") return true;
+    if (f == mk::ChatFormat::Llama31 && m.tool_calls.size() != 1) return true;
+  }
   for (const mk::ChatMessage& m : messages) {
     if ((f == mk::ChatFormat::ChatML || f == mk::ChatFormat::Qwen3) && m.role != "system" && m.role != "user" &&
         m.role != "assistant" && m.role != "tool")
@@ -151,7 +163,7 @@ std::string generation_prompt(const mk::ChatTemplate& t, const mk::ChatOptions& 
 }
 
 void check_render(const mk::ChatTemplate& t, std::vector<mk::ChatMessage> messages, const mk::ChatOptions& o) {
-  const bool reject = rejected(t, messages);
+  const bool reject = rejected(t, messages, o);
   std::string bare, prompt;
   try {
     bare = t.render(messages, false, o);
@@ -171,8 +183,11 @@ void check_render(const mk::ChatTemplate& t, std::vector<mk::ChatMessage> messag
   for (const bool agp : {false, true})
     check(t.render_continuation(messages, 0, agp, o) == (agp ? prompt : bare), "a continuation from 0 is the render");
   if (t.format() == mk::ChatFormat::Qwen3) return;  // documented to differ: the cache keeps <think> blocks
+  // Llama 3.1 puts the tools in the first message after the system one: a prefix may have none.
+  if (t.format() == mk::ChatFormat::Llama31 && !o.tools.empty()) return;
   for (size_t k = 2; k <= messages.size(); ++k) {
-    if (messages[k - 1].role != "assistant") continue;
+    // A turn with calls is rendered as the template writes them, not as generated text.
+    if (messages[k - 1].role != "assistant" || !messages[k - 1].tool_calls.empty()) continue;
     std::vector<mk::ChatMessage> stored = messages;
     if (trims) stored[k - 1].content = std::string(mk::python_strip(stored[k - 1].content));
     const std::vector<mk::ChatMessage> before(stored.begin(), stored.begin() + std::ptrdiff_t(k - 1));
@@ -216,6 +231,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!conversation.empty()) {
     const auto flags = static_cast<uint8_t>(conversation[0]);
     if (flags & 1) options.enable_thinking = (flags & 2) != 0;
+    if (flags & 4)
+      options.tools.push_back(nlohmann::ordered_json::parse(R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}})"));
     conversation.remove_prefix(1);
   }
   static const char* const kRoles[] = {"system", "user", "assistant", "tool", "ipython", "narrator"};
@@ -223,7 +240,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (!conversation.empty()) {
     const size_t sep = conversation.find('\x01');
     const std::string_view m = conversation.substr(0, sep);
-    if (!m.empty()) messages.push_back({kRoles[static_cast<uint8_t>(m[0]) % 6], std::string(m.substr(1))});
+    if (!m.empty()) {
+      const auto b = static_cast<uint8_t>(m[0]);
+      std::vector<mk::ChatToolCall> calls(size_t(b / 6 % 3),
+                                          mk::ChatToolCall{"f", nlohmann::ordered_json{{"q", std::string(m.substr(1))}}});
+      messages.emplace_back(kRoles[b % 6], std::string(m.substr(1)), std::move(calls));
+    }
     conversation = sep == std::string_view::npos ? std::string_view() : conversation.substr(sep + 1);
   }
   for (const mk::ChatMessage& m : messages) check_strip(m.content);

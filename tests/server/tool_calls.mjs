@@ -5,6 +5,7 @@
 // unstreamed reply; tools and tool results reach the prompt as the model's own template renders them
 // (@huggingface/jinja, @huggingface/tokenizers); what cannot be done is a 400 naming it.
 //   node tool_calls.mjs --server MK_SERVER --run MK_RUN --make-model MK_TINY_CHAT_MODEL --model SHIPPED_MODEL_DIR [--work DIR]
+// MK_SERVER_TEST_GPU=1: the shipped model's server runs without --emulator (the GPU on a GPU machine).
 import assert from "node:assert/strict";
 import path from "node:path";
 import OpenAI from "openai";
@@ -13,7 +14,13 @@ import { parseArgs, test, run, Server, makeModel, Reference } from "./common.mjs
 
 const args = parseArgs();
 if (!args.model) throw new Error("missing --model (the shipped model's directory)");
-const server = await Server.start(args.server, args.model, ["-c", "2048", "--seed", "1", "-q"]);
+const gpu = process.env.MK_SERVER_TEST_GPU === "1";
+const server = await Server.start(args.server, args.model, ["-c", "2048", "--seed", "1", "-q"], { emulator: !gpu });
+if (gpu && !/mk-server: backend gpu monokernel/.test(server.log)) {
+  console.log(`FAIL MK_SERVER_TEST_GPU=1 but mk-server is not on the GPU:\n${server.log}`);
+  await server.stop();
+  process.exit(1);
+}
 const client = new OpenAI({ apiKey: "none", baseURL: `${server.url}/v1`, maxRetries: 0, timeout: 120000 });
 const ajv = new Ajv2020({ strict: false });
 

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(512, 1) run_sel(const float* logits, int vocab
   unsigned long long t0 = global_timer_ns();
   for (int b = threadIdx.x; b < kSampleBins; b += kThreads) { hist[b] = load_fresh(counts + b); counts[b] = 0; }
   __syncthreads();
-  select_top_composites<kIF>(logits, vocab, K, hist, true, cand, scratch);
+  select_top_composites<kIF>(logits, vocab, K, hist, cand, scratch);
   unsigned long long t1 = global_timer_ns();
   for (int i = threadIdx.x; i < K; i += kThreads) out[i] = cand[i];
   if (threadIdx.x == 0) ns[0] = t1 - t0;
