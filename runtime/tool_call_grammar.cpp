@@ -6,8 +6,9 @@ namespace mk::constraint {
 
 using json = nlohmann::ordered_json;
 
-ConstraintSpec tool_call_constraint(ToolCallFormat format, const std::vector<ToolFunction>& functions, bool several) {
-  json spec = {{"format", tool_call_format_name(format)}, {"several", several}, {"functions", json::array()}};
+ConstraintSpec tool_call_constraint(ToolCallFormat format, const std::vector<ToolFunction>& functions, bool several,
+                                    bool thinking) {
+  json spec = {{"format", tool_call_format_name(format)}, {"several", several}, {"thinking", thinking}, {"functions", json::array()}};
   for (const ToolFunction& f : functions) {
     json entry = {{"name", f.name}, {"where", f.where}};
     if (f.parameters) entry["parameters"] = *f.parameters;
@@ -46,6 +47,28 @@ Fragment call_object(Nfa& nfa, const ToolCallSyntax& syntax, const json& functio
   return nfa.sequence({nfa.literal(head), arguments, nfa.literal("}")});
 }
 
+// Any bytes that do not contain `word`: the word's matching automaton (state j: the longest beginning of
+// the word the text ends with) with the state of the whole word left out. Every state accepts.
+Fragment without(Nfa& nfa, std::string_view word) {
+  const size_t m = word.size();
+  std::vector<int> state(m);
+  for (int& s : state) s = nfa.add_state();
+  const int out = nfa.add_state();
+  for (size_t j = 0; j < m; ++j) {
+    std::vector<ByteSet> to(m);
+    for (int c = 0; c < 256; ++c) {
+      const std::string text = std::string(word.substr(0, j)) + char(c);
+      size_t k = std::min(text.size(), m);
+      while (k > 0 && !text.ends_with(word.substr(0, k))) --k;
+      if (k < m) to[k].set(size_t(c));
+    }
+    for (size_t k = 0; k < m; ++k)
+      if (to[k].any()) nfa.add_bytes(state[j], to[k], state[k]);
+    nfa.add_epsilon(state[j], out);
+  }
+  return {state[0], out};
+}
+
 }  // namespace
 
 Fragment tool_calls_fragment(Nfa& nfa, std::string_view spec_text) {
@@ -59,10 +82,17 @@ Fragment tool_calls_fragment(Nfa& nfa, std::string_view spec_text) {
     return nfa.sequence({nfa.literal(syntax.open_tag), nfa.literal(syntax.before_object), nfa.alternatives(objects),
                          nfa.literal(syntax.after_object), nfa.literal(syntax.close_tag)});
   };
-  if (!(spec["several"].get<bool>() && syntax.several)) return call();
-  const Fragment first = call();
-  const Fragment more = nfa.repeat([&] { return nfa.sequence({nfa.literal(syntax.separator), call()}); }, 0, kMaxToolCalls - 1);
-  return nfa.sequence({first, more});
+  Fragment calls;
+  if (!(spec["several"].get<bool>() && syntax.several)) {
+    calls = call();
+  } else {
+    const Fragment first = call();
+    const Fragment more = nfa.repeat([&] { return nfa.sequence({nfa.literal(syntax.separator), call()}); }, 0, kMaxToolCalls - 1);
+    calls = nfa.sequence({first, more});
+  }
+  if (!spec.value("thinking", false)) return calls;
+  const Fragment thought = nfa.sequence({nfa.literal("<think>"), without(nfa, "</think>"), nfa.literal("</think>"), nfa.star(nfa.literal("\n"))});
+  return nfa.sequence({nfa.optional(thought), calls});
 }
 
 }  // namespace mk::constraint

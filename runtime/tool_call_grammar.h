@@ -28,8 +28,10 @@ struct ToolFunction {
 };
 
 // The spec (Kind::ToolCalls) whose text the compiler reads back. `several`: one to kMaxToolCalls calls
-// where the format allows several, else exactly one.
-ConstraintSpec tool_call_constraint(ToolCallFormat format, const std::vector<ToolFunction>& functions, bool several);
+// where the format allows several, else exactly one. `thinking`: the calls may follow a reasoning block,
+// "<think>" + any text without "</think>" + "</think>" and newlines (Qwen3 with thinking on).
+ConstraintSpec tool_call_constraint(ToolCallFormat format, const std::vector<ToolFunction>& functions, bool several,
+                                    bool thinking = false);
 
 // The spec's text as a fragment. Throws ConstraintError naming the function's parameters and the keyword.
 Fragment tool_calls_fragment(Nfa& nfa, std::string_view spec_text);

@@ -202,6 +202,19 @@ TEST(ToolCalls, HermesCallsOneOrMoreWithValidArguments) {
   EXPECT_FALSE(one.matches(now + "\n" + now));
 }
 
+// Qwen3 with thinking on: a reasoning block may come first; it ends at its first "</think>".
+TEST(ToolCalls, AReasoningBlockMayComeFirst) {
+  const ByteDfa d = compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, weather_and_now(), true, true));
+  const std::string now = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  for (const std::string& yes : std::vector<std::string>{now, "<think>\nThe user wants </thin> the <time>.\n</think>\n\n" + now,
+                                                         "<think></think>" + now, "<think></think</think>\n" + now})
+    EXPECT_TRUE(d.matches(yes)) << yes;
+  for (const std::string& no : std::vector<std::string>{"<think>a</think>b</think>\n" + now, "<think>\nno end\n" + now,
+                                                        "text <think></think>" + now})
+    EXPECT_FALSE(d.matches(no)) << no;
+  EXPECT_FALSE(compile_constraint(tool_call_constraint(ToolCallFormat::Hermes, weather_and_now(), true)).matches("<think></think>" + now));
+}
+
 TEST(ToolCalls, Llama3IsOneCallObject) {
   const ByteDfa d = compile_constraint(tool_call_constraint(ToolCallFormat::Llama3Json, weather_and_now(), true));
   EXPECT_TRUE(d.matches(R"({"name": "get_weather", "parameters": {"city": "Rome", "unit": "f"}})"));

@@ -294,9 +294,11 @@ struct HttpServer::Impl {
         if (f.contains("parameters") && !f["parameters"].is_null()) fn.parameters = f["parameters"];
         functions.push_back(std::move(fn));
       }
-      // A named function is called once.
+      // A named function is called once. Qwen3 with thinking on may reason first.
+      const bool thinking = engine.chat_template().format() == ChatFormat::Qwen3 && r.enable_thinking.value_or(true);
       job->params.constraint = constraint::tool_call_constraint(engine.chat_template().tool_call_format(), functions,
-                                                                r.tool_choice == ToolChoice::Required && r.parallel_tool_calls);
+                                                                r.tool_choice == ToolChoice::Required && r.parallel_tool_calls,
+                                                                thinking);
       try {
         engine.compile_constraint(job->params.constraint, "tools");
       } catch (const EngineError& e) {
