@@ -345,8 +345,7 @@ int run(int argc, char** argv) {
     if (dir.empty()) mk::cli::usage_error("{} on a preset needs --tokenizer DIR", mk::cli::constraint_flag_name(constraint_flags));
     const mk::Tokenizer tok = mk::Tokenizer::load(dir);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto vocabulary = mk::constraint::token_vocabulary(tok, model->config.vocab_size, model->config.eos_token_ids);
-    constraint = mk::constraint::compile_token_constraint(spec, vocabulary, mk::cli::constraint_flag_name(constraint_flags));
+    constraint = mk::cli::compile_constraint_flags(constraint_flags, spec, tok, model->config.vocab_size, model->config.eos_token_ids);
     constraint_compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   opt.profile = profile;

@@ -4,12 +4,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "host/tools/cli_checks.h"
 #include "runtime/json_file.h"
 #include "runtime/token_automaton.h"
+#include "runtime/token_vocabulary.h"
+#include "runtime/tokenizer.h"
 
 namespace mk::cli {
 
@@ -43,6 +48,20 @@ inline std::string constraint_flag_name(const ConstraintFlags& f) {
   if (f.json_object) return "--json-object";
   if (!f.regex.empty()) return "--regex";
   return "--json-schema " + f.json_schema_file;
+}
+
+// `spec` (from the flags) compiled against the tokenizer's vocabulary for a model of `vocab` tokens that
+// ends at `eos`. What cannot be compiled is a usage error naming the flag and what it refuses.
+inline std::shared_ptr<const constraint::TokenAutomaton> compile_constraint_flags(const ConstraintFlags& f,
+                                                                                  const constraint::ConstraintSpec& spec,
+                                                                                  const Tokenizer& tokenizer, int vocab,
+                                                                                  std::vector<int32_t> eos) {
+  const auto vocabulary = constraint::token_vocabulary(tokenizer, vocab, std::move(eos));
+  try {
+    return constraint::compile_token_constraint(spec, vocabulary, constraint_flag_name(f));
+  } catch (const constraint::ConstraintError& e) {
+    usage_error("{}", e.what());
+  }
 }
 
 }  // namespace mk::cli

@@ -209,12 +209,8 @@ int run(int argc, char** argv) {
   std::shared_ptr<const mk::constraint::TokenAutomaton> constraint;
   if (const mk::constraint::ConstraintSpec spec = mk::cli::constraint_spec(constraint_flags); spec.active()) {
     if (!tokenizer) mk::cli::usage_error("{} needs the model's tokenizer.json (-m with a tokenizer)", mk::cli::constraint_flag_name(constraint_flags));
-    const auto vocabulary = mk::constraint::token_vocabulary(*tokenizer, model->config.vocab_size, model->config.eos_token_ids);
-    try {
-      constraint = mk::constraint::compile_token_constraint(spec, vocabulary, mk::cli::constraint_flag_name(constraint_flags));
-    } catch (const mk::constraint::ConstraintError& e) {
-      mk::cli::usage_error("{}", e.what());
-    }
+    constraint = mk::cli::compile_constraint_flags(constraint_flags, spec, *tokenizer, model->config.vocab_size,
+                                                   model->config.eos_token_ids);
     if (!quiet)
       fmt::print(stderr, "{}: {} automaton states, {:.2f} MiB of tables\n", mk::cli::constraint_flag_name(constraint_flags),
                  constraint->token_states(), double(constraint->device_bytes()) / double(1 << 20));
