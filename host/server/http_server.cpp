@@ -213,6 +213,11 @@ struct HttpServer::Impl {
   // -------------------------------------------------------------------------------------------------
   // Requests -> jobs
 
+  // Qwen3's thinking, on unless the request turns it off: the reply may begin with a <think> block.
+  bool thinks(const CompletionRequest& r) const {
+    return r.endpoint == Endpoint::Chat && engine.chat_template().format() == ChatFormat::Qwen3 && r.enable_thinking.value_or(true);
+  }
+
   std::shared_ptr<Job> make_job(const CompletionRequest& r) {
     auto job = std::make_shared<Job>();
     job->endpoint = r.endpoint;
@@ -295,10 +300,9 @@ struct HttpServer::Impl {
         functions.push_back(std::move(fn));
       }
       // A named function is called once. Qwen3 with thinking on may reason first.
-      const bool thinking = engine.chat_template().format() == ChatFormat::Qwen3 && r.enable_thinking.value_or(true);
       job->params.constraint = constraint::tool_call_constraint(engine.chat_template().tool_call_format(), functions,
                                                                 r.tool_choice == ToolChoice::Required && r.parallel_tool_calls,
-                                                                thinking);
+                                                                thinks(r));
       try {
         engine.compile_constraint(job->params.constraint, "tools");
       } catch (const EngineError& e) {
@@ -332,9 +336,8 @@ struct HttpServer::Impl {
     }
     const ResponseIds ids = new_ids(endpoint);
     const std::string path = req.path;
-    // Qwen3's thinking (on unless the request turns it off): the reply's <think> block is its reasoning.
-    const bool split_reasoning = endpoint == Endpoint::Chat && engine.chat_template().format() == ChatFormat::Qwen3 &&
-                                 r.enable_thinking.value_or(true);
+    // The reply's <think> block is its reasoning.
+    const bool split_reasoning = thinks(r);
     // With tools the model may call, its content is read for calls.
     ToolReading tools;
     if (r.tool_choice != ToolChoice::None) tools = {engine.chat_template().tool_call_format(), r.tool_names()};

@@ -15,7 +15,9 @@
 namespace mk::server {
 namespace {
 
-using json = nlohmann::json;
+// Kept in the client's order: the chat template writes tools as they come, and a schema's properties
+// order the JSON it constrains.
+using json = nlohmann::ordered_json;
 
 const char* type_name(const json& v) {
   switch (v.type()) {
@@ -145,16 +147,16 @@ std::vector<ChatToolCall> parse_tool_calls(const json& calls, const std::string&
     if (!f || !f->is_object()) throw invalid_request(fmt::format("'{}.function' must be an object {{\"name\", \"arguments\"}}", cat), cat + ".function");
     const json* name = field(*f, "name");
     if (!name || !name->is_string()) throw invalid_request(fmt::format("'{}.function.name' must be a string", cat), cat + ".function.name");
-    ChatToolCall call{name->get<std::string>(), nlohmann::ordered_json::object()};
+    ChatToolCall call{name->get<std::string>(), json::object()};
     if (const json* a = field(*f, "arguments")) {
       if (a->is_string()) {
         try {
-          call.arguments = nlohmann::ordered_json::parse(a->get<std::string>());
-        } catch (const nlohmann::json::exception&) {
+          call.arguments = json::parse(a->get<std::string>());
+        } catch (const json::exception&) {
           call.arguments = a->get<std::string>();
         }
       } else if (a->is_object()) {
-        call.arguments = nlohmann::ordered_json::parse(a->dump());
+        call.arguments = *a;
       } else {
         wrong_type(cat + ".function.arguments", "a string of JSON", *a);
       }
@@ -263,9 +265,8 @@ void reject_unsupported(const json& body) {
 
 // "response_format": text (no constraint), json_object, or json_schema with its schema. The schema's
 // keywords are checked when the server compiles it (runtime/json_schema.h), naming what is unsupported;
-// its text is taken from the body parsed again keeping the keys' order (`body` sorts them), so that the
-// properties come out in the order the schema gives them.
-void parse_response_format(const json& body, std::string_view text, CompletionRequest& out) {
+// its text keeps the keys' order, so that the properties come out in the order the schema gives them.
+void parse_response_format(const json& body, CompletionRequest& out) {
   const json* rf = field(body, "response_format");
   if (!rf) return;
   const auto bad = [](const std::string& why) { throw invalid_request("'response_format' " + why, "response_format"); };
@@ -284,8 +285,7 @@ void parse_response_format(const json& body, std::string_view text, CompletionRe
   if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean()) bad("'json_schema.strict' must be a boolean");
   const json* schema = field(*js, "schema");
   if (!schema || !(schema->is_object() || schema->is_boolean())) bad("needs 'json_schema.schema', the JSON schema (an object)");
-  const auto ordered = nlohmann::ordered_json::parse(text);
-  out.constraint = {constraint::ConstraintSpec::Kind::JsonSchema, ordered["response_format"]["json_schema"]["schema"].dump()};
+  out.constraint = {constraint::ConstraintSpec::Kind::JsonSchema, schema->dump()};
 }
 
 // A function's name as OpenAI allows it: a-z, A-Z, 0-9, '_' and '-', at most 64 characters.
@@ -294,10 +294,9 @@ bool valid_function_name(const std::string& name) {
          std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(uint8_t(c)) || c == '_' || c == '-'; });
 }
 
-// "tools", "tool_choice", "parallel_tool_calls". The tools are kept from the body parsed again keeping the
-// keys' order (the chat template writes them as they come, and their parameters' properties order the
-// arguments).
-void parse_tools(const json& body, std::string_view text, const Limits& limits, CompletionRequest& out) {
+// "tools", "tool_choice", "parallel_tool_calls". The tools are kept as written, keys in order (the chat
+// template writes them as they come, and their parameters' properties order the arguments).
+void parse_tools(const json& body, const Limits& limits, CompletionRequest& out) {
   const json* tools = field(body, "tools");
   const json* choice = field(body, "tool_choice");
   if (const auto p = get_bool(body, "parallel_tool_calls")) out.parallel_tool_calls = *p;
@@ -311,7 +310,6 @@ void parse_tools(const json& body, std::string_view text, const Limits& limits, 
       throw invalid_request("'tool_choice' needs 'tools'", "tool_choice");
     return;
   }
-  const auto ordered = nlohmann::ordered_json::parse(text)["tools"];
   for (size_t i = 0; i < tools->size(); ++i) {
     const json& t = (*tools)[i];
     const std::string at = fmt::format("tools[{}]", i);
@@ -332,7 +330,7 @@ void parse_tools(const json& body, std::string_view text, const Limits& limits, 
     for (const auto& earlier : out.tools)
       if (earlier["function"]["name"] == n)
         throw invalid_request(fmt::format("'{}.function.name': \"{}\" is given twice", at, n), at + ".function.name");
-    out.tools.push_back(ordered[i]);
+    out.tools.push_back(t);
   }
   out.tool_choice = ToolChoice::Auto;
   if (!choice) return;
@@ -429,7 +427,7 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
         out.enable_thinking = think->get<bool>();
       }
     }
-    parse_tools(body, body_text, limits, out);
+    parse_tools(body, limits, out);
   } else {
     for (const char* name : {"tools", "tool_choice"})
       if (field(body, name)) throw invalid_request(fmt::format("'{}' is for /v1/chat/completions", name), name);
@@ -463,7 +461,7 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body_text, c
   parse_seed(body, out);
   parse_stop(body, limits, out);
   parse_logprobs(endpoint, body, out);
-  parse_response_format(body, body_text, out);
+  parse_response_format(body, out);
   if (out.constraint.active() && (out.tool_choice == ToolChoice::Required || out.tool_choice == ToolChoice::Function))
     throw invalid_request("'response_format' cannot be combined with a 'tool_choice' that forces a call (the reply is then the call)",
                           "response_format");
