@@ -45,6 +45,9 @@ struct GenerateStats {
   int ingested_tokens = 0;    // tokens run through the model before the first sample (pending one included)
   int chunked_tokens = 0;     // of them, those run through chunk steps (prefill); the rest one per step
   int generated_tokens = 0;
+  int steps = 0;             // token steps run (a step of several tokens counts once)
+  int drafted_tokens = 0;    // tokens drafted for verification (speculative decoding), and of them
+  int accepted_tokens = 0;   // those the target's own tokens confirmed
   double first_token_seconds = 0;  // from the call to the first sampled token
   double total_seconds = 0;
   double decode_tokens_per_second() const;  // tokens after the first over the time after the first

@@ -35,6 +35,8 @@ struct DecodeShapes {
   size_t context = 0;
   size_t chunk = 0;      // tokens a chunk step runs (0: no chunk steps)
   size_t chunk_act_cols = 0;
+  size_t columns = 1;    // tokens a token step runs at most (Schedule::step_tokens): the step buffers' columns
+  size_t spans = 0;      // step spans kept (steps of several tokens), else 0
   bool combine_once = false, post_norms = false;
 
   static DecodeShapes of(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule, int context) {
@@ -52,6 +54,8 @@ struct DecodeShapes {
     s.context = size_t(context);
     s.chunk = schedule.chunk.enabled() ? size_t(schedule.chunk.tokens) : 0;
     s.chunk_act_cols = s.hidden > s.q_dim ? s.hidden : s.q_dim;
+    s.columns = size_t(schedule.step_tokens);
+    s.spans = schedule.step_tokens > 1 ? size_t(context) + 1 : 0;
     s.combine_once = schedule.combine_once.enabled;
     s.post_norms = layout.has_post_norms;
     return s;
@@ -59,16 +63,19 @@ struct DecodeShapes {
 };
 
 // The token steps' state.
+// The token steps' state. A step of several tokens (Schedule::step_tokens) has a column per token in the
+// buffers that depend on it, one after the other (column j of x at x + j * hidden); the K/V caches are
+// indexed by position.
 #define MK_DECODE_STEP_BUFFERS(X)                                                                                   \
-  X(x, float, s.hidden, 1, "x (residual stream)")                                                                  \
-  X(qkv, float, s.qkv_rows, 1, "qkv")                                                                              \
-  X(att_o, float, s.heads * s.attention_splits * s.head_dim, s.head_dim, "attention partial outputs")              \
-  X(att_ml, float, attention_ml_floats(s.heads, s.attention_splits), 2, "attention partial max/sum")                  \
-  X(att, float, s.combine_once ? s.heads * s.head_dim : 0, s.head_dim, "attention output")                        \
-  X(h, float, s.intermediate, 1, "mlp activations")                                                                \
-  X(logits, float, s.vocab, 1, "logits")                                                                           \
-  X(lm_best_value, float, s.lm_head_slots, 1, "lm_head partial argmax values")                                     \
-  X(lm_best_index, int32_t, s.lm_head_slots, 1, "lm_head partial argmax indices")                                  \
+  X(x, float, s.columns * s.hidden, 1, "x (residual stream)")                                                      \
+  X(qkv, float, s.columns * s.qkv_rows, 1, "qkv")                                                                  \
+  X(att_o, float, s.columns * s.heads * s.attention_splits * s.head_dim, s.head_dim, "attention partial outputs")  \
+  X(att_ml, float, s.columns * attention_ml_floats(s.heads, s.attention_splits), 2, "attention partial max/sum")      \
+  X(att, float, s.combine_once ? s.columns * s.heads * s.head_dim : 0, s.head_dim, "attention output")            \
+  X(h, float, s.columns * s.intermediate, 1, "mlp activations")                                                    \
+  X(logits, float, s.columns * s.vocab, 1, "logits")                                                               \
+  X(lm_best_value, float, s.columns * s.lm_head_slots, 1, "lm_head partial argmax values")                         \
+  X(lm_best_index, int32_t, s.columns * s.lm_head_slots, 1, "lm_head partial argmax indices")                      \
   X(k_cache, uint16_t, s.kv_rows * s.head_dim, s.head_dim, "K cache")                                             \
   X(v_cache, uint16_t, s.kv_rows * s.head_dim, s.head_dim, "V cache")
 
@@ -89,13 +96,15 @@ struct DecodeShapes {
 
 // Placed last in the parameter block.
 #define MK_DECODE_LATE_BUFFERS(X)                                                                                   \
-  X(projected, float, s.post_norms ? s.hidden : 0, 1, "projected rows (before their post-norm)")                  \
+  X(projected, float, s.post_norms ? s.columns * s.hidden : 0, 1, "projected rows (before their post-norm)")      \
   X(logit_adjust, float, s.vocab, 1, "logit adjustments (logit_bias, penalties)")                                  \
   X(token_counts, uint32_t, s.vocab, 1, "sampled-token counts (penalties)")                                        \
-  X(lm_logsumexp, float, 2 * s.lm_head_slots, 2, "lm_head partial log-sum-exp")                                     \
-  X(lm_top, TokenComposite, s.lm_head_slots * kMaxTopLogprobs, kMaxTopLogprobs, "lm_head partial top tokens")      \
-  X(lm_key_counts, uint32_t, kSampleBins, 1, "lm_head counts of the logits' first digit (sampling)")            \
-  X(constraint_state, int32_t, 1, 1, "constrained decoding's automaton state")
+  X(lm_logsumexp, float, s.columns * 2 * s.lm_head_slots, 2, "lm_head partial log-sum-exp")                         \
+  X(lm_top, TokenComposite, s.columns * s.lm_head_slots * kMaxTopLogprobs, kMaxTopLogprobs, "lm_head partial top tokens") \
+  X(lm_key_counts, uint32_t, s.columns * kSampleBins, 1, "lm_head counts of the logits' first digit (sampling)") \
+  X(constraint_state, int32_t, 1, 1, "constrained decoding's automaton state")                                     \
+  X(step_spans, StepSpan, s.spans, 1, "step spans (the tokens each step runs)")                                   \
+  X(history, int32_t, s.spans > 0 ? s.context : 0, 1, "token history (drafting)")
 
 #define MK_DECODE_BUFFERS(X) \
   MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X)

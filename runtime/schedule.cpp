@@ -563,6 +563,9 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   }
   for (size_t k = 0; k < r.last.size(); ++k) head_stage(r.last[k], last_counters[k], false);
   s = b.finish(std::move(s), p.sync_domains);
+  if (p.step_tokens < 1 || p.step_tokens > kMaxStepTokens)
+    fail("schedule: token steps of {} tokens (must be between 1 and {})", p.step_tokens, kMaxStepTokens);
+  s.step_tokens = p.step_tokens;
   if (p.chunk_tokens < 0 || p.chunk_tokens > 65535 * kChunkMatrixTokens)
     fail("schedule: chunk steps of {} tokens (must be between 0 and {})", p.chunk_tokens, 65535 * kChunkMatrixTokens);
   if (p.chunk_tokens > 0) {

@@ -121,7 +121,42 @@ struct ScheduleParams {
   uint32_t claimed_ops = 0;
   int claim_late_ranks = 8;
   int claim_shrink_percent = 30;
+  // Tokens a token step can run (1..kMaxStepTokens): a step runs up to this many consecutive positions with
+  // one pass over the weights (StepSpan below). Each step decides how many the next one runs.
+  int step_tokens = 1;
 };
+
+// Token steps of several tokens (ScheduleParams::step_tokens). A launch's tokens are indexed from its
+// first token step's position: token i sits at position start + i. Step s runs the tokens
+// [index, index + count) of its span, each its own column of the step's buffers (x, qkv, h, logits, ...):
+// column j at position start + index + j attends to the cache up to itself. Token `ingest - 1` is the last
+// prompt token, whose logits give the first reply token; the columns from it on yield distributions (with
+// drafted tokens in the span, one per drafted token and one past them). The sample op writes the next
+// step's span; a span that starts before drafted positions it did not accept discards them (the next step
+// writes its own K/V there before anything reads them): the cache's length is the span's index, a value on
+// the device.
+inline constexpr int kMaxStepTokens = 16;
+struct StepSpan {
+  int32_t index = 0;  // the first token's index in the launch
+  int32_t count = 1;  // tokens (columns) it runs, 1..step_tokens
+};
+// The span of the step after one whose last kept token is `next_index - 1`: prompt tokens, as many as fit
+// (up to step_tokens), else the one token sampled last; never past the context (`room` positions are
+// left from the launch's start: context - start).
+MK_HD_INLINE StepSpan next_step_span(int32_t next_index, int32_t ingest, int32_t step_tokens, int32_t room) {
+  StepSpan s;
+  s.index = next_index;
+  int32_t count = next_index < ingest ? ingest - next_index : 1;
+  if (count > step_tokens) count = step_tokens;
+  if (count > room - next_index) count = room - next_index;
+  s.count = count < 1 ? 1 : count;
+  return s;
+}
+// The first column of a span that yields a distribution (columns before it ingest prompt tokens only).
+MK_HD_INLINE int32_t first_sampling_column(StepSpan span, int32_t ingest) {
+  const int32_t j = ingest - 1 - span.index;
+  return j < 0 ? 0 : j;
+}
 
 static_assert(kNumOps <= 32, "op_bit: one bit per op in a uint32_t");
 inline constexpr uint32_t op_bit(Op op) { return 1u << unsigned(op); }
@@ -251,6 +286,7 @@ struct Schedule {
   // The row stages cut into fewer blocks than workgroups (ScheduleParams::narrow_ops), and into how many.
   uint32_t narrow_ops = 0;
   int narrow_workgroups = 0;
+  int step_tokens = 1;  // ScheduleParams::step_tokens: the columns of a step's buffers
   HSlices h_slices;
   CombineOnce combine_once;
   ClaimedRows claimed_rows;
@@ -351,6 +387,17 @@ MK_HD_INLINE int attention_first_position(int pos, int window) { return window >
 MK_HD_INLINE void attention_window_split_range(int pos, int window, int S, int split_positions_log2, int split, int* p0, int* p1) {
   const int first = attention_first_position(pos, window);
   attention_split_range(pos + 1 - first, S, split_positions_log2, split, p0, p1);
+  *p0 += first;
+  *p1 += first;
+}
+// The positions a step's attention splits cut: from the window's start at its first column (position
+// pos0) to its last column (pos0 + count - 1). Each column then attends to the part of a split's range
+// inside its own window, up to itself; the split whose range holds a column's position appends its K/V.
+// One column: attention_window_split_range.
+MK_HD_INLINE void attention_span_split_range(int pos0, int count, int window, int S, int split_positions_log2, int split, int* p0,
+                                             int* p1) {
+  const int first = attention_first_position(pos0, window);
+  attention_split_range(pos0 + count - first, S, split_positions_log2, split, p0, p1);
   *p0 += first;
   *p1 += first;
 }

@@ -103,7 +103,7 @@ struct Emulator::Impl : emu::EmulatorState {
   // when it was the last.
   bool advance_slice(int w, Workgroup& g, const Instr& in, const OpCtx& c) {
     if (checker) acquire(w, h_slice_counter(in, g.slice), schedule.h_slices.target(g.slice, g.step));
-    emu::emulate_down_slice(*this, c, in, g.slice);
+    emu::emulate_down_slice(*this, c, in, g.step, g.slice);
     if (++g.slice < schedule.h_slices.count) return false;
     g.slice = 0;
     return true;
@@ -266,16 +266,25 @@ struct Emulator::Impl : emu::EmulatorState {
     std::copy(input.begin() + chunked, input.end(), tokens.data.begin());
     chunk_tokens.data.assign(input.begin(), input.begin() + chunked);
     stop_at.data.assign(steps, 0);
+    if (schedule.step_tokens > 1) {  // as the GPU backend uploads them
+      step_spans.data[0] = next_step_span(0, run.ingest, schedule.step_tokens, opt.context - run.start);
+      std::copy(input.begin(), input.end(), history.data.begin() + position);
+    }
+    // Drafts need each column's logits to depend on the tokens before it only through the cache: logit
+    // adjustments (penalties) and a constraint's state move with every token, so such requests run
+    // without them.
+    run.draft_max = req.constraint || req.adjust.active() ? 0 : draft_max;
     start_checker();
     launch();
     if (checker) checker->throw_if_violations();
-    // Every step that ran appended one position to the cache.
-    const int steps_run = int(std::find(stop_at.data.begin(), stop_at.data.end(), 1) - stop_at.data.begin()) + 1;
-    position = run.start + steps_run;
+    // The cache holds the launch's tokens up to the last step's kept ones; the token sampled last is
+    // pending (the next launch's first input).
+    position = run.start + run.next_index;
     pending = run.result.tokens.empty() ? -1 : run.result.tokens.back();
-    if (run.result.stop == StopReason::Cancelled && int(steps_run) < run.ingest) pending = -1;
+    if (run.result.stop == StopReason::Cancelled && run.next_index < run.ingest) pending = -1;
     run.result.stats.ingested_tokens = run.chunk_count + run.ingest;
     run.result.stats.chunked_tokens = run.chunk_count;
+    run.result.stats.steps = int(std::find(stop_at.data.begin(), stop_at.data.end(), 1) - stop_at.data.begin()) + 1;
     run.result.stats.generated_tokens = int(run.result.tokens.size());
     run.result.stats.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run.t0).count();
     return run.result;
@@ -290,6 +299,7 @@ ScheduleParams schedule_params(const Model& model, const EmulatorOptions& option
   p.claimed_ops = options.claimed_ops;
   p.claim_late_ranks = options.claim_late_ranks;
   p.claim_shrink_percent = options.claim_shrink_percent;
+  p.step_tokens = options.step_tokens;
   return p;
 }
 }  // namespace

@@ -9,6 +9,7 @@
 #include "runtime/decode_backend.h"
 #include "runtime/model.h"
 #include "runtime/schedule.h"
+#include "runtime/speculation.h"
 
 namespace mk {
 
@@ -35,6 +36,12 @@ struct EmulatorOptions {
   // Run-time claimed rows (ScheduleParams::claimed_ops, claim_late_ranks, claim_shrink_percent; the GPU
   // kernel runs static rows).
   uint32_t claimed_ops = 0;
+  // ScheduleParams::step_tokens: tokens a token step runs at most (1..kMaxStepTokens), with one pass over
+  // the weights: prompt tokens that chunk steps do not take go through steps of this many.
+  int step_tokens = 1;
+  // Drafted tokens verified in those steps (runtime/speculation.h): the drafter and its limits. A drafter
+  // needs step_tokens >= 2; requests with logit adjustments or a constraint run without drafts.
+  SpeculationParams speculation;
   int claim_late_ranks = ScheduleParams{}.claim_late_ranks;
   int claim_shrink_percent = ScheduleParams{}.claim_shrink_percent;
   Interleaving interleaving = Interleaving::Random;

@@ -17,6 +17,7 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
   if (opt.context < 1 || opt.context > limits::kMaxPositions)
     fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
   check_sliding_window_context(cfg, opt.context);
+  draft_max = check_speculation(opt.speculation, schedule.step_tokens);
   recipe = build_step_recipe(cfg);
   layout = plan_weight_layout(model);
   check_memory();
@@ -77,8 +78,8 @@ void EmulatorState::check_memory() const {
 
 // Non-finite logits (NaN from a NaN or overflow anywhere upstream) would make greedy decoding emit token 0
 // forever and sampling pick garbage; stop and say where instead.
-void EmulatorState::check_finite(const float* l, uint32_t step, int state) const {
-  const size_t n = logits.data.size();
+void EmulatorState::check_finite(const float* l, int at, int state) const {
+  const size_t n = size_t(cfg.vocab_size);
   size_t bad = 0, first = n;
   for (size_t i = 0; i < n; ++i)
     if (!std::isfinite(l[i]) && (state < 0 || run.constraint->allowed(state, int32_t(i)))) {
@@ -87,7 +88,7 @@ void EmulatorState::check_finite(const float* l, uint32_t step, int state) const
   if (bad == 0) return;
   fail("emulator: the logits are not finite at position {} (reply token {}): {} of {} are NaN or infinite, the "
        "first for token {} ({}); the model's weights or activations overflow",
-       run.start + int(step), run.result.tokens.size() + 1, bad, n, first, l[first]);
+       at, run.result.tokens.size() + 1, bad, n, first, l[first]);
 }
 
 }  // namespace mk::emu

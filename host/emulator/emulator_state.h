@@ -67,6 +67,7 @@ struct EmulatorState {
 
   int position = 0;
   int32_t pending = -1;
+  int draft_max = 0;  // check_speculation's: drafts a step, at most (0: no drafter)
   std::atomic<bool> cancel_flag{false};
   std::vector<std::vector<float>> recorded;
 
@@ -77,6 +78,8 @@ struct EmulatorState {
     int chunks = 0;       // chunk steps
     int start = 0;        // position of token step 0
     int ingest = 0;  // tokens to run before the first sample
+    int next_index = 0;  // the launch's tokens kept in the cache after the last step that ran (its sample op's)
+    int draft_max = 0;   // drafts a step takes (0: none; EmulatorOptions::speculation, if the request allows)
     int max_new = 0;
     SamplingParams sampling;
     LogitAdjustments adjust;                    // active(): the LM head adds logit_adjust, the sample op the penalties
@@ -136,6 +139,14 @@ struct EmulatorState {
     return int(std::upper_bound(b.begin(), b.end(), index) - b.begin()) - 1;
   }
 
+  // ---- token steps ----
+  // The tokens step `step` runs: with steps of several tokens (Schedule::step_tokens) its span, which the
+  // sample op of the step before wrote (the host, step 0's); otherwise token `step`.
+  StepSpan span(const OpCtx& c, uint32_t step) {
+    if (schedule.step_tokens == 1) return StepSpan{int32_t(step), 1};
+    return *read(c, step_spans, step, step + 1);
+  }
+
   // ---- chunk steps ----
   // Position of token t of chunk k.
   int chunk_position(uint32_t chunk, uint32_t t) const { return run.chunk_start + int(chunk) * schedule.chunk.tokens + int(t); }
@@ -163,9 +174,9 @@ struct EmulatorState {
   void start_checker();
   // A context the host cannot hold is refused before anything is allocated.
   void check_memory() const;
-  // Stops the launch with an error naming the step when the logits hold NaN or infinity (with a constraint,
-  // in state `state` >= 0: among the tokens it allows; the others are -inf by design).
-  void check_finite(const float* logits, uint32_t step, int state = -1) const;
+  // Stops the launch with an error naming the position when the logits (of one column) hold NaN or infinity
+  // (with a constraint, in state `state` >= 0: among the tokens it allows; the others are -inf by design).
+  void check_finite(const float* logits, int at, int state = -1) const;
 
   // ---- weights ----
   // The format of the matrix at `offset`: the head's (embedding, LM head) or the layers'.

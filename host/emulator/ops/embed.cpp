@@ -1,14 +1,17 @@
-// The CPU twin of the embed op (device/ops/embed.h): x = embedding[token of this step] * the recipe's
-// embedding scale.
+// The CPU twin of the embed op (device/ops/embed.h): x = embedding[token] * the recipe's embedding scale,
+// a column per token of the step's span.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
 
 void emulate_embed(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
-  const int32_t tok = *s.read(c, s.tokens, step, step + 1);
-  float* out = s.write(c, s.x, 0, s.x.data.size());
+  const StepSpan span = s.span(c, step);
+  const size_t H = size_t(s.cfg.hidden_size);
+  const int32_t* toks = s.read(c, s.tokens, size_t(span.index), size_t(span.index + span.count));
+  float* out = s.write(c, s.x, 0, size_t(span.count) * H);
   const float scale = s.recipe.embed_scale;
-  for (size_t i = 0; i < s.x.data.size(); ++i) out[i] = s.wt(s.layout.embed, s.x.data.size(), size_t(tok), i) * scale;
+  for (int j = 0; j < span.count; ++j)
+    for (size_t i = 0; i < H; ++i) out[size_t(j) * H + i] = s.wt(s.layout.embed, H, size_t(toks[j]), i) * scale;
 }
 
 }  // namespace mk::emu

@@ -1,46 +1,52 @@
-// The CPU twin of the lm_head op (device/ops/lm_head.h): logits[rows] = W_lm * RMSNorm(x) (+ the logit
-// adjustments; -inf where the constraint's state does not allow the token) and the block's (max, argmax), with log-probabilities asked for its partials for them,
-// when sampling its counts of the logits' first digit; nothing on prompt steps.
+// The CPU twin of the lm_head op (device/ops/lm_head.h), in each column of the step's span that yields a
+// distribution (first_sampling_column on): logits[rows] = W_lm * RMSNorm(x) (+ the logit adjustments; -inf
+// where the constraint's state does not allow the token) and the block's (max, argmax), with
+// log-probabilities asked for its partials for them, when sampling its counts of the logits' first digit;
+// nothing on steps that only ingest prompt tokens.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
 
 void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
-  if (int(step) + 1 < s.run.ingest) return;  // prompt step whose logits nobody needs
-  const size_t H = size_t(s.cfg.hidden_size);
-  const auto xn = s.rms_norm(s.read(c, s.x, 0, H), H, s.f32(s.layout.final_norm));
-  float* out = s.write(c, s.logits, in.begin, in.end);
-  float best = -std::numeric_limits<float>::infinity();
-  int32_t best_index = int32_t(in.begin);
+  const StepSpan span = s.span(c, step);
+  if (span.index + span.count < s.run.ingest) return;  // prompt tokens only: nobody needs their logits
+  const size_t H = size_t(s.cfg.hidden_size), V = size_t(s.cfg.vocab_size), slots = size_t(s.schedule.lm_head_slots);
+  const size_t rows = in.end - in.begin;
   const float* adjust = s.run.adjust.active() ? s.read(c, s.logit_adjust, in.begin, in.end) : nullptr;
   const int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
-  for (uint32_t r = in.begin; r < in.end; ++r) {
-    out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
-    if (adjust) out[r - in.begin] += adjust[r - in.begin];
-    if (state >= 0 && !s.run.constraint->allowed(state, int32_t(r))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
-    if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
+  for (int j = first_sampling_column(span, s.run.ingest); j < span.count; ++j) {
+    const auto xn = s.rms_norm(s.read(c, s.x, size_t(j) * H, size_t(j + 1) * H), H, s.f32(s.layout.final_norm));
+    float* out = s.write(c, s.logits, size_t(j) * V + in.begin, size_t(j) * V + in.end);
+    float best = -std::numeric_limits<float>::infinity();
+    int32_t best_index = int32_t(in.begin);
+    for (uint32_t r = in.begin; r < in.end; ++r) {
+      out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
+      if (adjust) out[r - in.begin] += adjust[r - in.begin];
+      if (state >= 0 && !s.run.constraint->allowed(state, int32_t(r))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
+      if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
+    }
+    const size_t slot = size_t(j) * slots + in.slot;  // this block's partials of column j
+    if (s.run.on_logprobs) {  // the block's partials for the log-probabilities (device/top_tokens.h)
+      const float mx = *std::max_element(out, out + rows);
+      double sum = 0;  // a block whose rows the constraint all masks: (-inf, 0)
+      if (mx > -std::numeric_limits<float>::infinity())
+        for (size_t i = 0; i < rows; ++i) sum += std::exp(double(out[i]) - double(mx));
+      float* lse = s.write(c, s.lm_logsumexp, 2 * slot, 2 * slot + 2);
+      lse[0] = mx, lse[1] = float(sum);
+      std::vector<TokenComposite> tokens(rows);
+      for (size_t i = 0; i < rows; ++i) tokens[i] = token_composite(out[i], int32_t(in.begin + i));
+      const size_t top = std::min(size_t(s.run.top_logprobs), rows);
+      std::partial_sort(tokens.begin(), tokens.begin() + std::ptrdiff_t(top), tokens.end(), std::greater<>());
+      TokenComposite* list = s.write(c, s.lm_top, slot * kMaxTopLogprobs, (slot + 1) * kMaxTopLogprobs);
+      for (size_t i = 0; i < size_t(kMaxTopLogprobs); ++i) list[i] = i < top ? tokens[i] : 0ull;
+    }
+    if (!s.run.sampling.greedy()) {  // the first digit's counts for the sample's select (device/select_top.h)
+      uint32_t* counts = s.accumulate(c, s.lm_key_counts, size_t(j) * kSampleBins, size_t(j + 1) * kSampleBins);
+      for (uint32_t r = in.begin; r < in.end; ++r) ++counts[first_digit(logit_key(out[r - in.begin]))];
+    }
+    *s.write(c, s.lm_best_value, slot, slot + 1) = best;
+    *s.write(c, s.lm_best_index, slot, slot + 1) = best_index;
   }
-  if (s.run.on_logprobs) {  // the block's partials for the log-probabilities (device/top_tokens.h)
-    const size_t rows = in.end - in.begin;
-    const float mx = *std::max_element(out, out + rows);
-    double sum = 0;  // a block whose rows the constraint all masks: (-inf, 0)
-    if (mx > -std::numeric_limits<float>::infinity())
-      for (size_t i = 0; i < rows; ++i) sum += std::exp(double(out[i]) - double(mx));
-    float* lse = s.write(c, s.lm_logsumexp, 2 * size_t(in.slot), 2 * size_t(in.slot) + 2);
-    lse[0] = mx, lse[1] = float(sum);
-    std::vector<TokenComposite> tokens(rows);
-    for (size_t i = 0; i < rows; ++i) tokens[i] = token_composite(out[i], int32_t(in.begin + i));
-    const size_t top = std::min(size_t(s.run.top_logprobs), rows);
-    std::partial_sort(tokens.begin(), tokens.begin() + std::ptrdiff_t(top), tokens.end(), std::greater<>());
-    TokenComposite* list = s.write(c, s.lm_top, size_t(in.slot) * kMaxTopLogprobs, size_t(in.slot + 1) * kMaxTopLogprobs);
-    for (size_t i = 0; i < size_t(kMaxTopLogprobs); ++i) list[i] = i < top ? tokens[i] : 0ull;
-  }
-  if (!s.run.sampling.greedy()) {  // the first digit's counts for the sample's select (device/select_top.h)
-    uint32_t* counts = s.accumulate(c, s.lm_key_counts, 0, size_t(kSampleBins));
-    for (uint32_t r = in.begin; r < in.end; ++r) ++counts[first_digit(logit_key(out[r - in.begin]))];
-  }
-  *s.write(c, s.lm_best_value, in.slot, in.slot + 1) = best;
-  *s.write(c, s.lm_best_index, in.slot, in.slot + 1) = best_index;
 }
 
 }  // namespace mk::emu

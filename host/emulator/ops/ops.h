@@ -19,24 +19,26 @@ MK_FOR_EACH_OP(MK_EMULATE_DECL)
 
 // A down block that reads h slice by slice (kWaitsHSlices): slice k's part of its rows' sums; the last
 // slice adds them to the residual rows. The executor calls it once per slice, each after that slice's wait.
-void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t k);
+void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step, uint32_t k);
 
 // Flash-decoding reduction of one head's S split partials (o: S x head_dim, unnormalised; ml: S x (m, l))
 // into out[head_dim]: sum_s exp(m_s - M) o_s / sum_s exp(m_s - M) l_s, empty splits (l = 0) skipped. o_proj
 // does it for every head, or (Schedule::combine_once) each kv group's last attention split for its heads.
 void combine_head_splits(const float* o, const float* ml, int S, int head_dim, float* out);
 
-// A row block's output (o_proj, down, post_norm), after the instruction's last wait: added to the residual
-// rows, or with kWritesProjected written to the projected buffer for the post_norm stage.
-inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, const std::vector<float>& rows) {
+// A row block's output (o_proj, down, post_norm) in column j of the step, after the instruction's last
+// wait: added to the residual rows, or with kWritesProjected written to the projected buffer for the
+// post_norm stage.
+inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, int j, const std::vector<float>& rows) {
+  const size_t base = size_t(j) * size_t(s.cfg.hidden_size);
   if (in.flags & kWritesProjected) {
-    std::copy(rows.begin(), rows.end(), s.write(c, s.projected, in.begin, in.end));
+    std::copy(rows.begin(), rows.end(), s.write(c, s.projected, base + in.begin, base + in.end));
     return;
   }
-  const float* xin = s.read(c, s.x, in.begin, in.end);
+  const float* xin = s.read(c, s.x, base + in.begin, base + in.end);
   std::vector<float> updated(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) updated[i] = xin[i] + rows[i];
-  std::copy(updated.begin(), updated.end(), s.write(c, s.x, in.begin, in.end));
+  std::copy(updated.begin(), updated.end(), s.write(c, s.x, base + in.begin, base + in.end));
 }
 
 // Runs instruction `in` of `step` on the state.
