@@ -390,17 +390,6 @@ MK_HD_INLINE void attention_window_split_range(int pos, int window, int S, int s
   *p0 += first;
   *p1 += first;
 }
-// The positions a step's attention splits cut: from the window's start at its first column (position
-// pos0) to its last column (pos0 + count - 1). Each column then attends to the part of a split's range
-// inside its own window, up to itself; the split whose range holds a column's position appends its K/V.
-// One column: attention_window_split_range.
-MK_HD_INLINE void attention_span_split_range(int pos0, int count, int window, int S, int split_positions_log2, int split, int* p0,
-                                             int* p1) {
-  const int first = attention_first_position(pos0, window);
-  attention_split_range(pos0 + count - first, S, split_positions_log2, split, p0, p1);
-  *p0 += first;
-  *p1 += first;
-}
 MK_HD_INLINE int active_window_splits(int pos, int window, int S, int split_positions_log2) {
   return active_attention_splits(pos + 1 - attention_first_position(pos, window), S, split_positions_log2);
 }

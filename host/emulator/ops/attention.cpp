@@ -1,8 +1,11 @@
-// The CPU twin of the attention op (device/ops/attention.h), in every column of the step's span: q/k norm
-// and RoPE, the K/V append of the columns whose positions the split's range holds, then partial attention
-// of each column over the part of the split's range it sees (its window, up to itself): (m, l,
-// unnormalised o) per query head of the group; with Schedule::combine_once, the group's last split to
-// arrive combines the group's partials into the attention output.
+// The CPU twin of the attention op (device/ops/attention.h), in every column of the step's span, each
+// exactly as a one-token step at its position computes it: q/k norm and RoPE, the K/V append if the split
+// owns the column's position, then partial attention over the split's slice of the column's positions
+// (its window, up to itself): (m, l, unnormalised o) per query head of the group. Positions before the
+// span come from the cache, the span's own from its qkv columns (the rows it appends, bf16 as the cache
+// holds them), so no split reads a row that another appends in the same step. With
+// Schedule::combine_once, the group's last split to arrive combines the group's partials into the
+// attention output.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -33,8 +36,6 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
   const uint32_t g = in.begin, split = in.end;
   const size_t R = size_t(s.layout.qkv_rows), group_base = size_t(g) * size_t(s.layout.qkv_group_rows);
   const LayerAttention& A = s.recipe.layers[in.layer].attention;
-  int p0, p1;  // of the layer's positions (from the first column's window start to the last column)
-  attention_span_split_range(pos0, span.count, A.window, S, attention_split_positions_log2(hd), int(split), &p0, &p1);
   const size_t cache_base = (size_t(in.layer) * size_t(s.cfg.num_kv_heads) + g) * size_t(s.opt.context);
 
   std::vector<float> head(static_cast<size_t>(hd));
@@ -46,26 +47,37 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
   auto group_of = [&](int j) {
     return s.read(c, s.qkv, size_t(j) * R + group_base, size_t(j) * R + group_base + size_t(s.layout.qkv_group_rows));
   };
-  for (int j = 0; j < span.count; ++j) {  // the new positions this split's range holds: append their K and V
-    const int pos = pos0 + j;
-    if (pos < p0 || pos >= p1) continue;
+  // The span's own K/V rows, as the cache holds them (bf16), from its qkv columns: every split computes
+  // them, so that no split reads a row another split of this step appends.
+  std::vector<uint16_t> new_k(size_t(span.count) * size_t(hd)), new_v(new_k.size());
+  for (int j = 0; j < span.count; ++j) {
     const float* group = group_of(j);
-    prepare(group + size_t(G) * size_t(hd), L.k_norm, pos);
-    uint16_t* k = s.write(c, s.k_cache, (cache_base + size_t(pos)) * size_t(hd), (cache_base + size_t(pos) + 1) * size_t(hd));
-    uint16_t* v = s.write(c, s.v_cache, (cache_base + size_t(pos)) * size_t(hd), (cache_base + size_t(pos) + 1) * size_t(hd));
+    prepare(group + size_t(G) * size_t(hd), L.k_norm, pos0 + j);
     for (int d = 0; d < hd; ++d) {
-      k[d] = float_to_bf16(head[size_t(d)]);
-      v[d] = float_to_bf16(group[size_t(G + 1) * size_t(hd) + size_t(d)]);
+      new_k[size_t(j) * size_t(hd) + size_t(d)] = float_to_bf16(head[size_t(d)]);
+      new_v[size_t(j) * size_t(hd) + size_t(d)] = float_to_bf16(group[size_t(G + 1) * size_t(hd) + size_t(d)]);
     }
   }
   const float scale = A.scale;
   const size_t ml_floats = attention_ml_floats(size_t(s.cfg.num_heads), size_t(S));
   for (int j = 0; j < span.count; ++j) {
+    // Column j's split of its positions, as a one-token step at its position cuts them.
     const int pos = pos0 + j;
-    const int q0 = std::max(p0, attention_first_position(pos, A.window)), q1 = std::min(p1, pos + 1);
+    int p0, p1;
+    attention_window_split_range(pos, A.window, S, attention_split_positions_log2(hd), int(split), &p0, &p1);
+    if (p0 <= pos && pos < p1) {  // this split owns the column's position: append its K and V
+      std::copy_n(new_k.begin() + std::ptrdiff_t(size_t(j) * size_t(hd)), hd,
+                  s.write(c, s.k_cache, (cache_base + size_t(pos)) * size_t(hd), (cache_base + size_t(pos) + 1) * size_t(hd)));
+      std::copy_n(new_v.begin() + std::ptrdiff_t(size_t(j) * size_t(hd)), hd,
+                  s.write(c, s.v_cache, (cache_base + size_t(pos)) * size_t(hd), (cache_base + size_t(pos) + 1) * size_t(hd)));
+    }
+    // Positions before the span from the cache, the span's own from new_k / new_v.
+    const int cached = std::min(p1, pos0);
+    const uint16_t* K = cached > p0 ? s.read(c, s.k_cache, (cache_base + size_t(p0)) * size_t(hd), (cache_base + size_t(cached)) * size_t(hd)) : nullptr;
+    const uint16_t* V = cached > p0 ? s.read(c, s.v_cache, (cache_base + size_t(p0)) * size_t(hd), (cache_base + size_t(cached)) * size_t(hd)) : nullptr;
+    auto k_row = [&](int p) { return p < pos0 ? K + size_t(p - p0) * size_t(hd) : new_k.data() + size_t(p - pos0) * size_t(hd); };
+    auto v_row = [&](int p) { return p < pos0 ? V + size_t(p - p0) * size_t(hd) : new_v.data() + size_t(p - pos0) * size_t(hd); };
     const float* group = group_of(j);
-    const uint16_t* K = q1 > q0 ? s.read(c, s.k_cache, (cache_base + size_t(q0)) * size_t(hd), (cache_base + size_t(q1)) * size_t(hd)) : nullptr;
-    const uint16_t* V = q1 > q0 ? s.read(c, s.v_cache, (cache_base + size_t(q0)) * size_t(hd), (cache_base + size_t(q1)) * size_t(hd)) : nullptr;
     for (int k = 0; k < G; ++k) {
       const size_t slot = size_t(int(g) * G + k) * size_t(S) + split;  // (query head, split)
       const size_t o_at = (size_t(j) * size_t(s.cfg.num_heads) * size_t(S) + slot) * size_t(hd);
@@ -74,19 +86,21 @@ void emulate_attention(EmulatorState& s, const OpCtx& c, const Instr& in, uint32
       float* ml = s.write(c, s.att_ml, ml_at, ml_at + 2);
       std::fill_n(o, hd, 0.f);
       float m = -std::numeric_limits<float>::infinity(), l = 0.f;
-      if (q1 > q0) {
+      if (p1 > p0) {
         prepare(group + size_t(k) * size_t(hd), L.q_norm, pos);
-        std::vector<float> scores(size_t(q1 - q0));
-        for (int p = q0; p < q1; ++p) {
+        std::vector<float> scores(size_t(p1 - p0));
+        for (int p = p0; p < p1; ++p) {
+          const uint16_t* kr = k_row(p);
           float dot = 0.f;
-          for (int d = 0; d < hd; ++d) dot += head[size_t(d)] * bf16_to_float(K[size_t(p - q0) * size_t(hd) + size_t(d)]);
-          scores[size_t(p - q0)] = dot * scale;
+          for (int d = 0; d < hd; ++d) dot += head[size_t(d)] * bf16_to_float(kr[d]);
+          scores[size_t(p - p0)] = dot * scale;
           m = std::max(m, dot * scale);
         }
-        for (int p = q0; p < q1; ++p) {
-          const float e = std::exp(scores[size_t(p - q0)] - m);
+        for (int p = p0; p < p1; ++p) {
+          const float e = std::exp(scores[size_t(p - p0)] - m);
           l += e;
-          for (int d = 0; d < hd; ++d) o[d] += e * bf16_to_float(V[size_t(p - q0) * size_t(hd) + size_t(d)]);
+          const uint16_t* vr = v_row(p);
+          for (int d = 0; d < hd; ++d) o[d] += e * bf16_to_float(vr[d]);
         }
       }
       ml[0] = m;
