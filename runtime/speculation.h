@@ -34,9 +34,11 @@ struct SpeculationParams {
 int check_speculation(const SpeculationParams& p, int step_tokens);
 
 // Prompt lookup over the tokens history[0, length): for n from lookup_max down to lookup_min, the latest
-// earlier occurrence of the last n tokens, history[p, p + n) with p + n < length; its continuation
-// history[p + n, ...), at most k tokens and none past length, goes to `drafts`. Returns how many (0: no
-// occurrence). Shared by the executors.
+// earlier occurrence of the last n tokens, history[p, p + n) with p + n < length; its continuation, k
+// tokens, goes to `drafts`. The continuation is copied as the history would go on if it repeated from
+// there: a token past the history's end is the draft that many places before it (a copy that overlaps
+// itself), so a match just before the end still drafts k tokens of the repeating text. Returns how many
+// (0: no occurrence). Shared by the executors.
 MK_HD_INLINE int lookup_drafts(const int32_t* history, int length, int lookup_min, int lookup_max, int k, int32_t* drafts) {
   for (int n = lookup_max; n >= lookup_min; --n) {
     if (n < 1 || n >= length) continue;
@@ -44,12 +46,11 @@ MK_HD_INLINE int lookup_drafts(const int32_t* history, int length, int lookup_mi
       int same = 0;
       while (same < n && history[p + same] == history[length - n + same]) ++same;
       if (same < n) continue;
-      int count = 0;
-      while (count < k && p + n + count < length) {
-        drafts[count] = history[p + n + count];
-        ++count;
+      for (int i = 0; i < k; ++i) {
+        const int from = p + n + i;
+        drafts[i] = from < length ? history[from] : drafts[from - length];
       }
-      return count;
+      return k;
     }
   }
   return 0;

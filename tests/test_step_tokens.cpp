@@ -230,21 +230,26 @@ INSTANTIATE_TEST_SUITE_P(Drafts, Speculation,
                            return fmt::format("{}_M{}_{}", arch_name(c.arch), c.step_tokens, c.sampled ? "sampled" : "greedy");
                          });
 
-// The lookup rule: the latest earlier occurrence of the longest n-gram that has one, its continuation up
-// to k tokens and never past the history.
+// The lookup rule: the latest earlier occurrence of the longest n-gram that has one, its continuation k
+// tokens, past the history's end copied from the drafts before (the text repeating).
 TEST(Speculation, LookupTakesTheLatestLongestMatch) {
-  int32_t d[8];
-  const std::vector<int32_t> h = {1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3};
-  // "2 3" (n = 2) last occurred at 5: its continuation 7 5 2 3; with n = 3, "5 2 3" never occurred before.
-  ASSERT_EQ(lookup_drafts(h.data(), int(h.size()), 1, 3, 8, d), 4);
-  EXPECT_EQ(std::vector<int32_t>(d, d + 4), (std::vector<int32_t>{7, 5, 2, 3}));
+  int32_t d[8] = {};
+  using V = std::vector<int32_t>;
+  const V h = {1, 2, 3, 9, 1, 2, 3, 7, 5, 2, 3};
+  // "5 2 3" (n = 3) never occurred before; "2 3" last did at 5: its continuation 7 5 2 3, then again.
+  ASSERT_EQ(lookup_drafts(h.data(), int(h.size()), 1, 3, 8, d), 8);
+  EXPECT_EQ(V(d, d + 8), (V{7, 5, 2, 3, 7, 5, 2, 3}));
   ASSERT_EQ(lookup_drafts(h.data(), int(h.size()), 1, 3, 2, d), 2);
-  EXPECT_EQ(std::vector<int32_t>(d, d + 2), (std::vector<int32_t>{7, 5}));
-  const std::vector<int32_t> h2 = {4, 1, 2, 3, 8, 1, 2, 3};  // "1 2 3" occurred at 1: continuation 8 1 2 3
-  ASSERT_EQ(lookup_drafts(h2.data(), int(h2.size()), 2, 3, 8, d), 4);
-  EXPECT_EQ(d[0], 8);
-  const std::vector<int32_t> h3 = {4, 5, 6};
-  EXPECT_EQ(lookup_drafts(h3.data(), 3, 1, 3, 8, d), 0);  // no n-gram repeats
+  EXPECT_EQ(V(d, d + 2), (V{7, 5}));
+  const V h2 = {4, 1, 2, 3, 8, 1, 2, 3};  // "1 2 3" occurred at 1
+  ASSERT_EQ(lookup_drafts(h2.data(), int(h2.size()), 2, 3, 5, d), 5);
+  EXPECT_EQ(V(d, d + 5), (V{8, 1, 2, 3, 8}));
+  const V h3 = {6, 7, 7, 7};  // "7 7" last occurred at 1, just before the end: 7, then the draft before it
+  ASSERT_EQ(lookup_drafts(h3.data(), int(h3.size()), 1, 3, 4, d), 4);
+  EXPECT_EQ(V(d, d + 4), (V{7, 7, 7, 7}));
+  const V h4 = {4, 5, 6};
+  EXPECT_EQ(lookup_drafts(h4.data(), 3, 1, 3, 8, d), 0);  // no n-gram repeats
+  EXPECT_EQ(lookup_drafts(h4.data(), 3, 3, 3, 8, d), 0);  // n must leave an earlier place
 }
 
 TEST(Speculation, ParametersAreChecked) {

@@ -122,7 +122,7 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
       if (wanted > 0) {
         const int known = s.run.start + next_index + 1;  // the history up to the newest token
         const SpeculationParams& sp = s.opt.speculation;
-        int32_t drafts[kMaxStepTokens];
+        int32_t drafts[kMaxStepTokens] = {};
         const int k = lookup_drafts(s.read(c, s.history, 0, size_t(known)), known, sp.lookup_min, sp.lookup_max, wanted, drafts);
         if (k > 0) std::copy_n(drafts, k, s.write(c, s.tokens, size_t(next_index) + 1, size_t(next_index + 1 + k)));
         next.count = 1 + k;
