@@ -31,12 +31,7 @@ using test::TinyModelSpec;
 
 using test::load_tiny_model;
 
-GenerateResult greedy(Emulator& emu, std::vector<int32_t> prompt, int n) {
-  GenerateRequest req;
-  req.input = std::move(prompt);
-  req.max_new_tokens = n;
-  return emu.generate(req, {});
-}
+using test::greedy;
 
 using test::expect_emulator_matches_reference;
 

@@ -12,6 +12,7 @@
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
 #include "runtime/reference.h"
+#include "tests/helpers/emulator_vs_reference.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
 #include "tests/helpers/tiny_model.h"
@@ -24,18 +25,8 @@ using test::TinyModelSpec;
 
 using test::load_tiny_model;
 
-std::vector<int32_t> prompt_of(int n, int vocab) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + 11) % (vocab - 3) + 3));
-  return p;
-}
-
-GenerateResult greedy(Emulator& emu, const std::vector<int32_t>& prompt, int n) {
-  GenerateRequest req;
-  req.input = prompt;
-  req.max_new_tokens = n;
-  return emu.generate(req, {});
-}
+using test::greedy;
+using test::prompt_of;
 
 TEST(ChunkSchedule, StagesCoverTheirOutputsOnceAndWaitForTheWholePreviousStage) {
   TinyModelSpec spec;

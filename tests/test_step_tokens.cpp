@@ -23,18 +23,8 @@ namespace {
 using ::testing::HasSubstr;
 using test::TinyModelSpec;
 
-std::vector<int32_t> prompt_of(int n, int vocab) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + 11) % (vocab - 3) + 3));
-  return p;
-}
-
-GenerateResult greedy(Emulator& emu, const std::vector<int32_t>& prompt, int n) {
-  GenerateRequest req;
-  req.input = prompt;
-  req.max_new_tokens = n;
-  return emu.generate(req, {});
-}
+using test::greedy;
+using test::prompt_of;
 
 EmulatorOptions options(int step_tokens, int context) {
   EmulatorOptions opt;

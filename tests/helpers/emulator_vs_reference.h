@@ -14,6 +14,22 @@
 
 namespace mk::test {
 
+// `n` greedy tokens from `prompt`.
+inline GenerateResult greedy(DecodeBackend& backend, std::vector<int32_t> prompt, int n) {
+  GenerateRequest req;
+  req.input = std::move(prompt);
+  req.max_new_tokens = n;
+  return backend.generate(req, {});
+}
+
+// A prompt of n ids below `vocab`, none of the first three (the tiny models' special ids): (37 i + 11)
+// mod (vocab - 3) + 3.
+inline std::vector<int32_t> prompt_of(int n, int vocab) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + 11) % (vocab - 3) + 3));
+  return p;
+}
+
 // `n` greedy tokens: every step's logits within 2% (relative L2) of the reference's, and the same token
 // unless the reference's top two are within rounding (then a note says so). `opt` must record logits.
 inline void expect_emulator_matches_reference(const Model& model, const std::vector<int32_t>& prompt, const EmulatorOptions& opt,
