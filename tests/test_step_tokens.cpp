@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
 
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
@@ -219,6 +221,55 @@ INSTANTIATE_TEST_SUITE_P(Drafts, Speculation,
                            const SpecCase& c = param_info.param;
                            return fmt::format("{}_M{}_{}", arch_name(c.arch), c.step_tokens, c.sampled ? "sampled" : "greedy");
                          });
+
+// Every stop applies to each kept token in order, as in one-token steps: an EOS inside a verified span,
+// max_new_tokens, the context's end and a cancel from the token callback end the reply at the same token,
+// with the same position (the cache holds what one-token steps leave). The EOS ids are tokens of the
+// prompt that the reply says later (lookup can draft them), and the cancels fall on each of 20 tokens,
+// so that some stops land inside spans.
+TEST(Speculation, StopsApplyToEachKeptToken) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto free_running = test::load_tiny_model(spec, "speculation-stops");
+  // The phrase prompt and a reply to it: a prompt whose own reply says tokens it holds.
+  auto prompt = repetitive_prompt(free_running->config.vocab_size, 1);
+  Emulator first_reply(*free_running, options(1, 128));
+  const GenerateResult seed = greedy(first_reply, prompt, 24);
+  prompt.insert(prompt.end(), seed.tokens.begin(), seed.tokens.end());
+  Emulator probe(*free_running, options(1, 128));
+  const GenerateResult all = greedy(probe, prompt, 40);
+  std::vector<int32_t> eos_ids;
+  for (size_t i = 1; i < all.tokens.size(); ++i) {
+    const int32_t t = all.tokens[i];
+    const bool first = std::find(all.tokens.begin(), all.tokens.begin() + std::ptrdiff_t(i), t) == all.tokens.begin() + std::ptrdiff_t(i);
+    if (first && std::find(prompt.begin(), prompt.end(), t) != prompt.end()) eos_ids.push_back(t);
+  }
+  ASSERT_FALSE(eos_ids.empty());
+
+  auto compare = [&](const Model& model, int context, int max_new, int cancel_after) {
+    auto run = [&](EmulatorOptions opt) {
+      Emulator emu(model, opt);
+      GenerateRequest req;
+      req.input = prompt;
+      req.max_new_tokens = max_new;
+      int seen = 0;
+      const GenerateResult r = emu.generate(req, [&](int32_t) {
+        if (++seen == cancel_after) emu.cancel();
+      });
+      return std::make_tuple(r.tokens, r.stop, emu.position());
+    };
+    EmulatorOptions opt = options(8, context);
+    opt.speculation.drafter = Drafter::Lookup;
+    EXPECT_EQ(run(opt), run(options(1, context))) << "context " << context << ", max_new " << max_new << ", cancel after " << cancel_after;
+  };
+  for (int32_t eos : eos_ids) {
+    spec.eos = {eos};
+    compare(*test::load_tiny_model(spec, "speculation-stops-eos"), 128, 40, 0);
+  }
+  for (int cancel_after = 10; cancel_after < 30; ++cancel_after) compare(*free_running, 128, 40, cancel_after);
+  for (int max_new : {17, 29}) compare(*free_running, 128, max_new, 0);
+  for (int context : {47, 52}) compare(*free_running, context, 40, 0);
+}
 
 // The lookup rule: the latest earlier occurrence of the longest n-gram that has one, its continuation k
 // tokens, past the history's end copied from the drafts before (the text repeating).
