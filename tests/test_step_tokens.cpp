@@ -14,6 +14,7 @@
 #include "runtime/quantize.h"
 #include "runtime/reference.h"
 #include "runtime/speculation.h"
+#include "runtime/token_automaton.h"
 #include "tests/helpers/emulator_vs_reference.h"
 #include "tests/helpers/error_of.h"
 #include "tests/helpers/logits_compare.h"
@@ -269,6 +270,50 @@ TEST(Speculation, StopsApplyToEachKeptToken) {
   for (int cancel_after = 10; cancel_after < 30; ++cancel_after) compare(*free_running, 128, 40, cancel_after);
   for (int max_new : {17, 29}) compare(*free_running, 128, max_new, 0);
   for (int context : {47, 52}) compare(*free_running, context, 40, 0);
+}
+
+// Logit bias, frequency and presence penalties and a constraint move with every kept token: a column
+// after drafts sees them as they will be once the drafts are kept, so speculative replies are the
+// one-token steps' replies and logits, bit for bit, greedy and sampled, with each and with all of them.
+TEST(Speculation, LogitAdjustmentsAndConstraintsKeepTheReply) {
+  TinyModelSpec spec;
+  spec.eos = {2};
+  auto model = test::load_tiny_model(spec, "speculation-adjust");
+  const char* pieces[] = {"a", "b", "c", "d", "ab", "ba", "cd", "dab", "abc", "bb", "ca", "dd", "aab"};
+  std::vector<std::string> bytes(160);
+  for (size_t t = 3; t < bytes.size(); ++t) bytes[t] = pieces[t % std::size(pieces)];
+  const auto vocabulary = std::make_shared<constraint::TokenVocabulary>(bytes, std::vector<int32_t>{2});
+  const auto automaton =
+      constraint::compile_token_constraint({constraint::ConstraintSpec::Kind::Regex, "(abcd){1,30}"}, vocabulary, "--regex");
+  int drafted = 0, kept = 0;
+  for (int what = 0; what < 3; ++what)
+    for (const float temperature : {0.0f, 0.8f}) {
+      SCOPED_TRACE(fmt::format("{}, T {}", what == 0 ? "adjustments" : what == 1 ? "constraint" : "both", temperature));
+      GenerateRequest req;
+      req.input = repetitive_prompt(model->config.vocab_size, 2);
+      req.max_new_tokens = 48;
+      req.sampling = SamplingParams{temperature, 0, 1.0f, 0.0f, 5};
+      if (what != 1) {
+        req.adjust.bias = {{17, 2.5f}, {40, -1.0f}, {101, 1.5f}};
+        req.adjust.frequency_penalty = 0.04f;
+        req.adjust.presence_penalty = 0.03f;
+      }
+      if (what != 0) req.constraint = automaton;
+      Emulator one(*model, options(1, 128));
+      const GenerateResult base = one.generate(req, {});
+      EmulatorOptions opt = options(6, 128);
+      opt.speculation.drafter = Drafter::Lookup;
+      Emulator emu(*model, opt);
+      const GenerateResult r = emu.generate(req, {});
+      EXPECT_EQ(r.tokens, base.tokens);
+      EXPECT_EQ(r.stop, base.stop);
+      EXPECT_EQ(emu.recorded_logits(), one.recorded_logits());
+      EXPECT_EQ(emu.position(), one.position());
+      drafted += r.stats.drafted_tokens, kept += r.stats.accepted_tokens;
+    }
+  std::printf("note: %d drafts, %d kept\n", drafted, kept);
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, drafted);
 }
 
 // The lookup rule: the latest earlier occurrence of the longest n-gram that has one, its continuation k

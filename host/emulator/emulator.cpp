@@ -270,10 +270,7 @@ struct Emulator::Impl : emu::EmulatorState {
       step_spans.data[0] = next_step_span(0, run.ingest, schedule.step_tokens, opt.context - run.start);
       std::copy(input.begin(), input.end(), history.data.begin() + position);
     }
-    // Drafts need each column's logits to depend on the tokens before it only through the cache: logit
-    // adjustments (penalties) and a constraint's state move with every token, so such requests run
-    // without them.
-    run.draft_max = req.constraint || req.adjust.active() ? 0 : draft_max;
+
     start_checker();
     launch();
     if (checker) checker->throw_if_violations();

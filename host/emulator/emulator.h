@@ -40,7 +40,7 @@ struct EmulatorOptions {
   // the weights: prompt tokens that chunk steps do not take go through steps of this many.
   int step_tokens = 1;
   // Drafted tokens verified in those steps (runtime/speculation.h): the drafter and its limits. A drafter
-  // needs step_tokens >= 2; requests with logit adjustments or a constraint run without drafts.
+  // needs step_tokens >= 2.
   SpeculationParams speculation;
   int claim_late_ranks = ScheduleParams{}.claim_late_ranks;
   int claim_shrink_percent = ScheduleParams{}.claim_shrink_percent;

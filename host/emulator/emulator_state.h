@@ -79,7 +79,6 @@ struct EmulatorState {
     int start = 0;        // position of token step 0
     int ingest = 0;  // tokens to run before the first sample
     int next_index = 0;  // the launch's tokens kept in the cache after the last step that ran (its sample op's)
-    int draft_max = 0;   // drafts a step takes (0: none; EmulatorOptions::speculation, if the request allows)
     int max_new = 0;
     SamplingParams sampling;
     LogitAdjustments adjust;                    // active(): the LM head adds logit_adjust, the sample op the penalties

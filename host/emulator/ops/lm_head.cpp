@@ -2,7 +2,9 @@
 // distribution (first_sampling_column on): logits[rows] = W_lm * RMSNorm(x) (+ the logit adjustments; -inf
 // where the constraint's state does not allow the token) and the block's (max, argmax), with
 // log-probabilities asked for its partials for them, when sampling its counts of the logits' first digit;
-// nothing on steps that only ingest prompt tokens.
+// nothing on steps that only ingest prompt tokens. A column after drafted tokens sees the adjustments and
+// the constraint's state as they will be once those tokens are kept (each penalty added in order, the
+// state walked along them), so its distribution is the one a one-token step there would give.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -12,17 +14,40 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
   if (span.index + span.count < s.run.ingest) return;  // prompt tokens only: nobody needs their logits
   const size_t H = size_t(s.cfg.hidden_size), V = size_t(s.cfg.vocab_size), slots = size_t(s.schedule.lm_head_slots);
   const size_t rows = in.end - in.begin;
-  const float* adjust = s.run.adjust.active() ? s.read(c, s.logit_adjust, in.begin, in.end) : nullptr;
-  const int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
-  for (int j = first_sampling_column(span, s.run.ingest); j < span.count; ++j) {
+  const bool adjusting = s.run.adjust.active();
+  std::vector<float> adjust;  // the block's rows of the adjustments, as the column sees them
+  if (adjusting) {
+    const float* a = s.read(c, s.logit_adjust, in.begin, in.end);
+    adjust.assign(a, a + rows);
+  }
+  int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
+  bool reachable = true;  // false past a draft the constraint does not allow: no kept token leads there
+  const int j0 = first_sampling_column(span, s.run.ingest);
+  std::vector<std::pair<int32_t, uint32_t>> counted;  // drafted tokens so far and their counts then
+  for (int j = j0; j < span.count; ++j) {
+    if (j > j0) {  // the drafted token column j ran on, kept before column j's token
+      const int32_t d = *s.read(c, s.tokens, size_t(span.index + j), size_t(span.index + j + 1));
+      if (state >= 0 && reachable) {
+        const bool eos = std::find(s.cfg.eos_token_ids.begin(), s.cfg.eos_token_ids.end(), d) != s.cfg.eos_token_ids.end();
+        if (eos || !s.run.constraint->allowed(state, d)) reachable = false;
+        else state = s.run.constraint->advance(state, d);
+      }
+      if (adjusting) {
+        auto it = std::find_if(counted.begin(), counted.end(), [&](const auto& e) { return e.first == d; });
+        if (it == counted.end()) counted.emplace_back(d, *s.read(c, s.token_counts, size_t(d), size_t(d) + 1)), it = counted.end() - 1;
+        if (uint32_t(d) >= in.begin && uint32_t(d) < in.end)
+          adjust[size_t(d) - in.begin] += penalty_after_sample(it->second, s.run.adjust.frequency_penalty, s.run.adjust.presence_penalty);
+        ++it->second;
+      }
+    }
     const auto xn = s.rms_norm(s.read(c, s.x, size_t(j) * H, size_t(j + 1) * H), H, s.f32(s.layout.final_norm));
     float* out = s.write(c, s.logits, size_t(j) * V + in.begin, size_t(j) * V + in.end);
     float best = -std::numeric_limits<float>::infinity();
     int32_t best_index = int32_t(in.begin);
     for (uint32_t r = in.begin; r < in.end; ++r) {
       out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
-      if (adjust) out[r - in.begin] += adjust[r - in.begin];
-      if (state >= 0 && !s.run.constraint->allowed(state, int32_t(r))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
+      if (adjusting) out[r - in.begin] += adjust[r - in.begin];
+      if (state >= 0 && (!reachable || !s.run.constraint->allowed(state, int32_t(r)))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
       if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
     }
     const size_t slot = size_t(j) * slots + in.slot;  // this block's partials of column j

@@ -117,8 +117,8 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
   if (stop == StopReason::None && s.schedule.step_tokens > 1 && step + 1 < s.step_spans.data.size()) {
     const int room = s.opt.context - s.run.start;
     StepSpan next = next_step_span(next_index, s.run.ingest, s.schedule.step_tokens, room);
-    if (next_index >= s.run.ingest && s.run.draft_max > 0) {  // generating: the newest token and its drafts
-      const int wanted = std::min({s.run.draft_max, room - next_index - 1, s.run.max_new - int(s.run.result.tokens.size()) - 1});
+    if (next_index >= s.run.ingest && s.draft_max > 0) {  // generating: the newest token and its drafts
+      const int wanted = std::min({s.draft_max, room - next_index - 1, s.run.max_new - int(s.run.result.tokens.size()) - 1});
       if (wanted > 0) {
         const int known = s.run.start + next_index + 1;  // the history up to the newest token
         const SpeculationParams& sp = s.opt.speculation;
