@@ -277,6 +277,7 @@ class MonokernelBackend final : public GpuBackend {
     if (ch->nonfinite_step != 0) fail_nonfinite_logits(p.start + int(ch->nonfinite_step) - 1, int(result.tokens.size()) + 1);
     result.stats.ingested_tokens = int(input.size());
     result.stats.chunked_tokens = chunked;
+    result.stats.steps = steps;
     result.stats.generated_tokens = int(result.tokens.size());
     result.stats.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     collect_profile(result);

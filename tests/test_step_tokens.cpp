@@ -316,6 +316,29 @@ TEST(Speculation, LogitAdjustmentsAndConstraintsKeepTheReply) {
   EXPECT_LT(kept, drafted);
 }
 
+// Chunk steps (prefill) take all but the last prompt token; steps of several tokens and their drafts go on
+// from the cache the chunk steps wrote, with the lookup reading the prompt the chunk steps ran.
+TEST(Speculation, AfterChunkSteps) {
+  TinyModelSpec spec;
+  spec.eos = {};
+  auto model = test::load_tiny_model(spec, "speculation-chunks");
+  const auto prompt = repetitive_prompt(model->config.vocab_size, 3);
+  EmulatorOptions plain = options(1, 128);
+  plain.chunk_tokens = 16;
+  Emulator one(*model, plain);
+  const GenerateResult base = greedy(one, prompt, 40);
+  EmulatorOptions opt = options(5, 128);
+  opt.chunk_tokens = 16;
+  opt.speculation.drafter = Drafter::Lookup;
+  Emulator emu(*model, opt);
+  const GenerateResult r = greedy(emu, prompt, 40);
+  EXPECT_EQ(r.stats.chunked_tokens, int(prompt.size()) - 1);
+  EXPECT_EQ(r.tokens, base.tokens);
+  EXPECT_EQ(emu.recorded_logits(), one.recorded_logits());
+  EXPECT_EQ(emu.position(), one.position());
+  EXPECT_GT(r.stats.accepted_tokens, 0);
+}
+
 // The lookup rule: the latest earlier occurrence of the longest n-gram that has one, its continuation k
 // tokens, past the history's end copied from the drafts before (the text repeating).
 TEST(Speculation, LookupTakesTheLatestLongestMatch) {
