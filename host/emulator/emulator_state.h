@@ -138,6 +138,11 @@ struct EmulatorState {
     return int(std::upper_bound(b.begin(), b.end(), index) - b.begin()) - 1;
   }
 
+  // Whether a token is one of the model's EOS ids.
+  bool is_eos(int32_t token) const {
+    return std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), token) != cfg.eos_token_ids.end();
+  }
+
   // ---- token steps ----
   // The tokens step `step` runs: with steps of several tokens (Schedule::step_tokens) its span, which the
   // sample op of the step before wrote (the host, step 0's); otherwise token `step`.

@@ -28,8 +28,7 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
     if (j > j0) {  // the drafted token column j ran on, kept before column j's token
       const int32_t d = *s.read(c, s.tokens, size_t(span.index + j), size_t(span.index + j + 1));
       if (state >= 0 && reachable) {
-        const bool eos = std::find(s.cfg.eos_token_ids.begin(), s.cfg.eos_token_ids.end(), d) != s.cfg.eos_token_ids.end();
-        if (eos || !s.run.constraint->allowed(state, d)) reachable = false;
+        if (s.is_eos(d) || !s.run.constraint->allowed(state, d)) reachable = false;
         else state = s.run.constraint->advance(state, d);
       }
       if (adjusting) {

@@ -47,8 +47,8 @@ int32_t sample_column(EmulatorState& s, const OpCtx& c, uint32_t step, int j, co
       if (v[i] > v[best] || (v[i] == v[best] && id[i] < id[best])) best = i;
     return id[best];
   }
-  // The LM head blocks' counts of the first digit: whole (every block added its rows). The sample op
-  // clears them for the next step's (clear_key_counts), as the kernel's select does.
+  // The LM head blocks' counts of the first digit: whole (every block added its rows). emulate_sample
+  // clears them for the next step's after its columns, as the kernel's select does.
   const size_t V = size_t(s.cfg.vocab_size), bins = size_t(kSampleBins);
   const uint32_t* counts = s.read(c, s.lm_key_counts, size_t(j) * bins, size_t(j + 1) * bins);
   const uint64_t counted = std::accumulate(counts, counts + kSampleBins, uint64_t(0));
@@ -90,7 +90,7 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
             penalty_after_sample((*count)++, s.run.adjust.frequency_penalty, s.run.adjust.presence_penalty);
       }
       if (*s.run.on_token) (*s.run.on_token)(token);
-      bool eos = std::find(s.cfg.eos_token_ids.begin(), s.cfg.eos_token_ids.end(), token) != s.cfg.eos_token_ids.end();
+      bool eos = s.is_eos(token);
       if (state >= 0 && !eos) {  // the constraint's state moved along the token's bytes; complete: the end
         if (!s.run.constraint->allowed(state, token)) fail("step {}: token {} is not allowed in constraint state {}", step, token, state);
         state = s.run.constraint->advance(state, token);
@@ -105,8 +105,8 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
     }
     if (!s.run.sampling.greedy()) {  // every column the LM head counted, those after a rejected draft too
       const size_t first = size_t(first_sampling_column(span, s.run.ingest)) * size_t(kSampleBins);
-      std::fill(s.write(c, s.lm_key_counts, first, size_t(span.count) * size_t(kSampleBins)),
-                s.lm_key_counts.data.data() + size_t(span.count) * size_t(kSampleBins), 0u);
+      const size_t end = size_t(span.count) * size_t(kSampleBins);
+      std::fill_n(s.write(c, s.lm_key_counts, first, end), end - first, 0u);
     }
   } else if (span.index + span.count >= s.run.ingest) {
     stop = StopReason::MaxTokens;  // max_new_tokens == 0: ingest only
