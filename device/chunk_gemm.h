@@ -70,14 +70,7 @@ namespace chunk_gemm_detail {
 // mma_k16 (tensor_core.h) for bf16, or its f16 form.
 template <bool kF16>
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b_lo, uint32_t b_hi) {
-  if constexpr (kF16) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_lo), "r"(b_hi));
-  } else {
-    mma_k16(c, a, b_lo, b_hi);
-  }
+  mma_k16_as<kF16>(c, a, b_lo, b_hi);
 }
 
 // Byte offset within its row of 16-byte chunk `c` of row `r`. 128-byte rows (and longer): chunk c ^ (r % 8),

@@ -44,6 +44,18 @@ __device__ __forceinline__ void mma_k16(float (&c)[4], const uint32_t (&a)[4], u
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_lo), "r"(b_hi));
 }
+// mma_k16 with IEEE f16 operands (kF16) or bf16 ones.
+template <bool kF16>
+__device__ __forceinline__ void mma_k16_as(float (&c)[4], const uint32_t (&a)[4], uint32_t b_lo, uint32_t b_hi) {
+  if constexpr (kF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b_lo), "r"(b_hi));
+  } else {
+    mma_k16(c, a, b_lo, b_hi);
+  }
+}
 // c += A (16 x 8) * B (8 x 8): a_lo holds A's row lane / 4, a_hi its row lane / 4 + 8; c[0], c[1] are the
 // accumulator's row lane / 4, c[2], c[3] its row lane / 4 + 8.
 __device__ __forceinline__ void mma_k8(float (&c)[4], uint32_t a_lo, uint32_t a_hi, uint32_t b) {
