@@ -64,45 +64,82 @@ struct TileDecode<MatrixFormat::INT4> {
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
   }
+  // (a & mask) | bits in one instruction.
+  __device__ static __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t bits) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+    return d;
+  }
   __device__ static __forceinline__ void regs(uint4 p, int w, Param zero, uint32_t (&r)[4]) {
     const uint32_t word = w == 0 ? p.x : w == 1 ? p.y : w == 2 ? p.z : p.w;
     const uint32_t base = (0x6400u + zero) * 0x10001u;           // 1024 + zero, twice
     const uint32_t base16 = (0xd400u + 16u * zero) * 0x10001u;   // -(64 + zero), twice
     const uint32_t sixteenth = 0x2c002c00u;                       // 1/16, twice
     const uint32_t hi = word >> 8;
-    r[0] = sub((word & 0x000f000fu) | 0x64006400u, base);
-    r[1] = fma((word & 0x00f000f0u) | 0x64006400u, sixteenth, base16);
-    r[2] = sub((hi & 0x000f000fu) | 0x64006400u, base);
-    r[3] = fma((hi & 0x00f000f0u) | 0x64006400u, sixteenth, base16);
+    r[0] = sub(and_or(word, 0x000f000fu, 0x64006400u), base);
+    r[1] = fma(and_or(word, 0x00f000f0u, 0x64006400u), sixteenth, base16);
+    r[2] = sub(and_or(hi, 0x000f000fu, 0x64006400u), base);
+    r[3] = fma(and_or(hi, 0x00f000f0u, 0x64006400u), sixteenth, base16);
   }
 };
 
-// Accumulators of one warp for one tile: acc[j] is the m16n8 block of activation columns 8 j .. 8 j + 7;
-// lane l holds rows l / 4 (acc[j][0], [1]) and l / 4 + 8 ([2], [3]) at columns 2 (l % 4) + {0, 1}.
-template <int NT>
+// How a step's activation columns (tokens) sit in the products' 8-column blocks, by the most tokens kCols
+// a step takes: kCols = 4 puts token n's high parts in column n and its low parts in column n + 4 (one
+// product a k-half serves both, and the two columns are added at the end); kCols = 8 and 16 give each
+// token a column in one or two blocks, its high and low parts each a product.
+template <int kCols>
+struct EngineColumns {
+  static_assert(kCols == 4 || kCols == 8 || kCols == 16, "4, 8 or 16 columns");
+  static constexpr bool kPacked = kCols == 4;
+  static constexpr int kBlocks = kCols == 16 ? 2 : 1;
+};
+
+// Accumulators of one warp for one tile: block j covers columns 8 j .. 8 j + 7 of the products; lane l
+// holds rows l / 4 (c[j][0], [1]) and l / 4 + 8 ([2], [3]) at columns 2 (l % 4) + {0, 1}. Two chains (c
+// and d) so that consecutive products do not wait for each other; finish() adds them (and, packed, each
+// token's low-part column to its high-part one: lanes l % 4 < 2 then hold the tokens).
+template <int kCols>
 struct TileAccumulators {
-  float c[NT][4];
+  static constexpr int NT = EngineColumns<kCols>::kBlocks;
+  float c[NT][4], d[NT][4];
   __device__ void clear() {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
-  }
-  __device__ void add(const TileAccumulators& o) {
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[j][e] += o.c[j][e];
+      for (int e = 0; e < 4; ++e) c[j][e] = d[j][e] = 0.f;
+  }
+  __device__ void finish() {
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        c[j][e] += d[j][e];
+        if constexpr (EngineColumns<kCols>::kPacked) c[j][e] += shfl_xor(c[j][e], 2);
+      }
+  }
+  // The token and row half (0: row l / 4, 1: row l / 4 + 8) of finished value c[j][e] on this lane, or
+  // a token of -1 where the lane holds none.
+  __device__ static int token(int lane, int j, int e) {
+    const int t = lane & 3;
+    if constexpr (EngineColumns<kCols>::kPacked) return t < 2 ? 2 * t + (e & 1) : -1;
+    else return 8 * j + 2 * t + (e & 1);
   }
 };
 
-// Step i of a tile slice of `cols` columns: acc += W[16 rows, the step's columns] x X[the step's columns, M
-// columns], W from `tile_slice` (a tile slice of the image), X from `act` (the packed activation slice, M
-// columns).
-// Columns n >= M are zeros and read nothing. Each column's sums are independent of the others (an
-// m16n8k16 product adds each output element's own products), so a column's result does not depend on M.
-template <MatrixFormat F, int NT>
-__device__ __forceinline__ void engine_step(const uint8_t* tile_slice, int cols, int i, const uint8_t* act, int M, TileAccumulators<NT>& acc) {
+// Step i of a tile slice of `cols` columns: acc += W[16 rows, the step's columns] x X[the step's columns,
+// M tokens], W from `tile_slice` (a tile slice of the image), X from `act` (the packed activation slice
+// of M <= kCols tokens). Tokens n >= M are zeros: their lanes read `zeros`, act_column_bytes(F) zero
+// bytes in shared memory (no divergence, no selects).
+// Each token's sums are independent of the other tokens' values (an m16n8k16 product adds each output
+// element's own products), so a token's result does not depend on what the others hold.
+template <MatrixFormat F, int kCols>
+__device__ __forceinline__ void engine_step(const uint8_t* tile_slice, int cols, int i, const uint8_t* act, const uint8_t* zeros, int M,
+                                            TileAccumulators<kCols>& acc) {
+  using Columns = EngineColumns<kCols>;
+  constexpr int NT = Columns::kBlocks;
   constexpr bool kF16 = tile_activations_f16(F);
   constexpr int W = piece_elements(F) / 8;
+  constexpr bool kScaled = matrix_format_quantized(F);
   const int lane = lane_id(), g = lane >> 2, t = lane & 3;
   const uint4* pieces = reinterpret_cast<const uint4*>(tile_slice) + i * 64 + lane;
   const uint4 pa = pieces[0], pb = pieces[32];
@@ -114,46 +151,55 @@ __device__ __forceinline__ void engine_step(const uint8_t* tile_slice, int cols,
     const uint8_t* zeros = params + 4 * kTileRows * (cols / kTileGroup) + group * kTileRows;
     za = zeros[g], zb = zeros[g + 8];
   }
-  // Four independent sums (high and low parts, even and odd k-halves), so that consecutive products do
-  // not wait for each other's results; added in a fixed order at the end.
-  TileAccumulators<NT> part[4];
+  // Quantized: this step's sums apart, then scaled by their rows' group scales.
+  float pc[NT][4], pd[NT][4];
+  float (&sc)[NT][4] = kScaled ? pc : acc.c;
+  float (&sd)[NT][4] = kScaled ? pd : acc.d;
+  if constexpr (kScaled) {
 #pragma unroll
-  for (int q = 0; q < 4; ++q) part[q].clear();
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pc[j][e] = pd[j][e] = 0.f;
+  }
+  auto load_act = [&](int n, int w, int lo) {
+    const uint8_t* column = n < M ? act + n * act_column_bytes(F) : zeros;
+    return *reinterpret_cast<const uint4*>(column + act_lane_offset(F, 0, i, w, lo, t));
+  };
 #pragma unroll
   for (int w = 0; w < W; ++w) {
     uint32_t ra[4], rb[4];
     TileDecode<F>::regs(pa, w, za, ra);
     TileDecode<F>::regs(pb, w, zb, rb);
     const uint32_t a1[4] = {ra[0], rb[0], ra[1], rb[1]}, a2[4] = {ra[2], rb[2], ra[3], rb[3]};
+    if constexpr (Columns::kPacked) {
+      const uint4 v = load_act(g & 3, w, g >> 2);
+      mma_k16_as<kF16>(sc[0], a1, v.x, v.y);
+      mma_k16_as<kF16>(sd[0], a2, v.z, v.w);
+    } else {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int n = 8 * j + g;
-      uint4 hi = make_uint4(0, 0, 0, 0), lo = make_uint4(0, 0, 0, 0);
-      if (n < M) {
-        hi = *reinterpret_cast<const uint4*>(act + act_lane_offset(F, n, i, w, 0, t));
-        lo = *reinterpret_cast<const uint4*>(act + act_lane_offset(F, n, i, w, 1, t));
+      for (int j = 0; j < NT; ++j) {
+        const uint4 hi = load_act(8 * j + g, w, 0), lo = load_act(8 * j + g, w, 1);
+        mma_k16_as<kF16>(sc[j], a1, hi.x, hi.y);
+        mma_k16_as<kF16>(sd[j], a1, lo.x, lo.y);
+        mma_k16_as<kF16>(sc[j], a2, hi.z, hi.w);
+        mma_k16_as<kF16>(sd[j], a2, lo.z, lo.w);
       }
-      mma_k16_as<kF16>(part[0].c[j], a1, hi.x, hi.y);
-      mma_k16_as<kF16>(part[1].c[j], a1, lo.x, lo.y);
-      mma_k16_as<kF16>(part[2].c[j], a2, hi.z, hi.w);
-      mma_k16_as<kF16>(part[3].c[j], a2, lo.z, lo.w);
     }
   }
-  part[0].add(part[2]);
-  part[1].add(part[3]);
-  part[0].add(part[1]);
-  if constexpr (matrix_format_quantized(F)) {
+  if constexpr (kScaled) {
     const float* scales = reinterpret_cast<const float*>(params) + group * kTileRows;
     const float sa = scales[g], sb = scales[g + 8];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      acc.c[j][0] += sa * part[0].c[j][0];
-      acc.c[j][1] += sa * part[0].c[j][1];
-      acc.c[j][2] += sb * part[0].c[j][2];
-      acc.c[j][3] += sb * part[0].c[j][3];
+      acc.c[j][0] += sa * pc[j][0];
+      acc.c[j][1] += sa * pc[j][1];
+      acc.c[j][2] += sb * pc[j][2];
+      acc.c[j][3] += sb * pc[j][3];
+      acc.d[j][0] += sa * pd[j][0];
+      acc.d[j][1] += sa * pd[j][1];
+      acc.d[j][2] += sb * pd[j][2];
+      acc.d[j][3] += sb * pd[j][3];
     }
-  } else {
-    acc.add(part[0]);
   }
 }
 

@@ -9,7 +9,7 @@
 // read it (one 16-byte load per lane per row half, conflict-free), so one bulk copy fetches it.
 //
 // The image. Rows are grouped in tiles of kTileRows (the last tile padded with zero rows); columns in
-// slices of kTileSliceBytes of codes a row. Slice-major: slice s holds tile 0, 1, ... in order, so the tiles
+// slices (tile_slice_cols). Slice-major: slice s holds tile 0, 1, ... in order, so the tiles
 // a workgroup owns are contiguous within each slice. A tile slice is its codes, then (quantized formats)
 // its parameters:
 //   codes: the row-major image's 16-byte pieces (runtime/matrix_format.h: 8 bf16 / f16 values, 16 fp8,
@@ -38,11 +38,12 @@
 namespace mk {
 
 inline constexpr int kTileRows = 16;
-// A slice holds kTileSliceBytes of each row's codes (bf16 / f16: 256 columns, fp8: 512, int4: 1024), so
-// that a workgroup's chunk of a slice is large enough for the stream (measured: 128-column slices of
-// int4, ~3 KiB a chunk, streamed at 1.9 TB/s on an H200 whose read ceiling is 4.5 TB/s). The last
-// slice of a matrix may be narrower (a multiple of kTileGroup).
-inline constexpr int kTileSliceBytes = 512;
+// Slices are wide enough that a workgroup's chunk of one is cheap to stream: measured on an H200
+// (docs/log.md, 2026-11-29), int4 slices of 128 columns (~3 KiB chunks) streamed at 1.9 TB/s and bf16
+// ran at 80% of the read ceiling with 512-byte rows and 92% with 1 KiB. bf16 / f16: 512 columns (1 KiB
+// a row), fp8: 1024 (1 KiB), int4: 1024 (512 bytes: at 2048, 16 packed activation columns of a slice,
+// 132 KiB, would not leave room for two chunks in shared memory). The last slice of a matrix may be
+// narrower (a multiple of kTileGroup).
 // Columns of a scale group; a matrix's columns must be a multiple of it.
 inline constexpr int kTileGroup = 128;
 // The most activation columns a step multiplies (ScheduleParams::step_tokens' limit).
@@ -53,7 +54,7 @@ MK_HD_INLINE constexpr int piece_elements(MatrixFormat f) {
   return f == MatrixFormat::INT4 ? 32 : f == MatrixFormat::FP8 ? 16 : 8;
 }
 MK_HD_INLINE constexpr int tile_k_step(MatrixFormat f) { return 4 * piece_elements(f); }
-MK_HD_INLINE constexpr int tile_slice_cols(MatrixFormat f) { return kTileSliceBytes / 16 * piece_elements(f); }
+MK_HD_INLINE constexpr int tile_slice_cols(MatrixFormat f) { return f == MatrixFormat::BF16 || f == MatrixFormat::F16 ? 512 : 1024; }
 // Whether the activations of a matrix in format `f` are split into f16 parts (else bf16).
 MK_HD_INLINE constexpr bool tile_activations_f16(MatrixFormat f) { return f != MatrixFormat::BF16; }
 
