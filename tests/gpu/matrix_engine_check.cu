@@ -4,6 +4,7 @@
 //   nvcc -std=c++17 -O3 -arch=sm_90a -I. -DFMT_HEADER_ONLY -Xptxas -warn-spills --expt-relaxed-constexpr \
 //     tests/gpu/matrix_engine_check.cu runtime/matrix_tiles.cpp runtime/dtype.cpp -o matrix_engine_check
 // Run: matrix_engine_check [--json FILE] [--no-timing] [--no-checks] [--format bf16|fp8|int4] [--m M]
+//                           [--share steps|slices]
 //
 // Checks, for bf16, f16, fp8 and int4 and M = 1, 2, 5, 8, 16 activation columns, on shapes that give a
 // workgroup no tile, a few tiles (the K cut across warps, partial sums combined) and many tiles (a warp
@@ -57,6 +58,7 @@ struct EngineArgs {
   int jobs_n, M;
   uint32_t act_ring_bytes, weight_ring_bytes;
   int math;  // 0: the consumers wait for and release every chunk but multiply nothing (what streaming alone costs)
+  int share;  // how the warps sharing a tile divide it (Share)
 };
 
 // Two rings of bytes, one for activation slices and one for weight chunks: chunks of any size sit one
@@ -98,14 +100,29 @@ __host__ __device__ inline void block_tiles(int tiles, int b, int grid, int& t0,
   t1 = int(int64_t(b + 1) * tiles / grid);
 }
 
-// The steps [lo, hi) of a slice's `steps` that warp f of the `split` sharing a tile takes: every warp of
-// a tile works on the same slice, as the chunks arrive in slice order.
-__host__ __device__ inline void warp_steps(int steps, int split, int f, int& lo, int& hi) {
-  lo = steps * f / split;
-  hi = steps * (f + 1) / split;
-}
-// How many of those warps have steps in a slice of `steps`: the releases its chunks wait for, a tile.
-__host__ __device__ inline int slice_visitors(int steps, int split) { return min(steps, split); }
+// How the `split` warps sharing a tile divide its S slices. P lanes, warp f on lane f % P, lane l taking
+// slices l, l + P, ... (consecutive warps on consecutive slices, the order the chunks arrive in); the warps
+// of a lane (`parts` of them) divide each of its slices' steps.
+// - Share::Steps: P = 1, every warp of a tile on every slice, a part of its steps each (measured: bf16
+//   94.7%, fp8 77.2%, int4 49.8% of the read ceiling; docs/log.md, 2026-11-29).
+// - Share::Slices: P = min(S, split), whole slices a warp when a tile has as many slices as warps (one
+//   wait for 8 steps), else several warps a slice (not yet measured).
+enum class Share { Steps = 0, Slices = 1 };
+struct SliceShare {
+  int lanes;
+  __host__ __device__ SliceShare(Share mode, int slices, int split) : lanes(mode == Share::Slices ? min(slices, split) : 1) {}
+  __host__ __device__ int parts(int lane, int split) const { return (split - lane + lanes - 1) / lanes; }
+  // Warp f's steps [lo, hi) of slice s of `steps` steps; empty when s is not its lane's.
+  __host__ __device__ void steps_of(int f, int split, int s, int steps, int& lo, int& hi) const {
+    lo = hi = 0;
+    if (s % lanes != f % lanes) return;
+    const int n = parts(f % lanes, split), p = f / lanes;
+    lo = steps * p / n;
+    hi = steps * (p + 1) / n;
+  }
+  // How many warps have steps in slice s: the releases its chunks wait for, a tile.
+  __host__ __device__ int visitors(int s, int split, int steps) const { return min(parts(s % lanes, split), steps); }
+};
 
 // A workgroup's weight chunks of one job: per slice, its tiles in groups of tiles_per_chunk.
 struct JobChunks {
@@ -193,8 +210,9 @@ __global__ void __launch_bounds__(kThreads, 1) engine_kernel(EngineArgs a) {
       const JobChunks jc(F, t1 - t0);
       const uint32_t act_bytes = uint32_t(shape.act_slice_bytes(a.M));
       const int tb = t1 - t0, split = tb <= kConsumers ? kConsumers / tb : 1;
+      const SliceShare share(Share(a.share), shape.slices(), split);
       for (int s = 0; s < shape.slices(); ++s) {
-        const int visitors = slice_visitors(shape.slice_cols(s) / tile_k_step(F), split);
+        const int visitors = share.visitors(s, split, shape.slice_cols(s) / tile_k_step(F));
         acts.issue(tb * visitors, job.act + size_t(s) * act_bytes, act_bytes, true);
         const uint32_t tsb = uint32_t(tile_slice_bytes(F, shape.slice_cols(s)));
         for (int g = t0; g < t1; g += jc.tiles_per_chunk) {
@@ -229,8 +247,8 @@ __global__ void __launch_bounds__(kThreads, 1) engine_kernel(EngineArgs a) {
     const int tb = t1 - t0, S = shape.slices();
     if (tb == 0) continue;
     const JobChunks jc(F, tb);
-    // Few tiles: `split` warps share each tile, each taking its part of every slice's steps (warp_steps);
-    // many: a warp owns tiles cw, cw + kConsumers, ... whole.
+    // Few tiles: `split` warps share each tile (SliceShare); many: a warp owns tiles cw, cw + kConsumers,
+    // ... whole.
     const int split = tb <= kConsumers ? kConsumers / tb : 1;
     const bool active = cw < tb * split;
     const int f = cw % split;
@@ -251,9 +269,10 @@ __global__ void __launch_bounds__(kThreads, 1) engine_kernel(EngineArgs a) {
       release(st.act, act_seq);
     };
     if (active && split > 1) {
-      for (int s = 0; s < S; ++s) {
+      const SliceShare share(Share(a.share), S, split);
+      for (int s = f % share.lanes; s < S; s += share.lanes) {
         int lo, hi;
-        warp_steps(shape.slice_cols(s) / tile_k_step(F), split, f, lo, hi);
+        share.steps_of(f, split, s, shape.slice_cols(s) / tile_k_step(F), lo, hi);
         if (lo < hi) unit(cw / split, s, lo, hi, acc[0]);
       }
     } else if (active) {
@@ -303,6 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1) engine_kernel(EngineArgs a) {
 
 size_t smem_header(int NT) { return kRingStateBytes + size_t(kConsumers) * NT * 32 * 4 * 4 + kZeroColumnBytes; }
 
+Share g_share = Share::Steps;  // --share
+
 template <MatrixFormat F, int kCols>
 void run_engine(const std::vector<EngineJob>& jobs, int M, int grid, bool math) {
   constexpr int NT = TileAccumulators<kCols>::NT;
@@ -344,7 +365,7 @@ void run_engine(const std::vector<EngineJob>& jobs, int M, int grid, bool math) 
   }
   const uint32_t weight_ring = uint32_t(room - act_ring);
   CHECK(cudaFuncSetAttribute(engine_kernel<F, kCols>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(header + room)));
-  EngineArgs args{djobs, int(jobs.size()), M, act_ring, weight_ring, math ? 1 : 0};
+  EngineArgs args{djobs, int(jobs.size()), M, act_ring, weight_ring, math ? 1 : 0, int(g_share)};
   engine_kernel<F, kCols><<<grid, kThreads, header + room>>>(args);
   CHECK(cudaGetLastError());
 }
@@ -670,8 +691,10 @@ int main(int argc, char** argv) {
       timed = {name == "int4" ? MatrixFormat::INT4 : name == "fp8" ? MatrixFormat::FP8 : MatrixFormat::BF16};
     } else if (!std::strcmp(argv[i], "--m") && i + 1 < argc) {
       timed_m = {std::atoi(argv[++i])};
+    } else if (!std::strcmp(argv[i], "--share") && i + 1 < argc && (!std::strcmp(argv[i + 1], "steps") || !std::strcmp(argv[i + 1], "slices"))) {
+      g_share = !std::strcmp(argv[++i], "slices") ? Share::Slices : Share::Steps;
     } else {
-      std::fprintf(stderr, "usage: %s [--json FILE] [--no-timing] [--no-checks] [--format bf16|fp8|int4] [--m M]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--json FILE] [--no-timing] [--no-checks] [--format bf16|fp8|int4] [--m M] [--share steps|slices]\n", argv[0]);
       return 2;
     }
   }
@@ -680,7 +703,7 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("%s, %d SMs\n", prop.name, sms);
+  std::printf("%s, %d SMs; a tile's warps share it by %s\n", prop.name, sms, g_share == Share::Slices ? "slices" : "steps");
 
   bool ok = true;
   const MatrixFormat formats[] = {MatrixFormat::BF16, MatrixFormat::F16, MatrixFormat::FP8, MatrixFormat::INT4};
@@ -711,8 +734,8 @@ int main(int argc, char** argv) {
   if (json) {
     FILE* fp = std::fopen(json, "w");
     if (!fp) return 2;
-    std::fprintf(fp, "{\n  \"device\": \"%s\", \"sms\": %d, \"read_gbps\": %.1f,\n  \"what\": \"Llama-3.1-8B's 32 layers' qkv, o, gate, up, down as tile images, one launch, no dependencies\",\n  \"runs\": [\n", prop.name,
-                 sms, ceiling);
+    std::fprintf(fp, "{\n  \"device\": \"%s\", \"sms\": %d, \"read_gbps\": %.1f,\n  \"what\": \"Llama-3.1-8B's 32 layers' qkv, o, gate, up, down as tile images, one launch, no dependencies\", \"share\": \"%s\",\n  \"runs\": [\n", prop.name,
+                 sms, ceiling, g_share == Share::Slices ? "slices" : "steps");
     for (size_t i = 0; i < all.size(); ++i)
       std::fprintf(fp, "    {\"format\": \"%s\", \"M\": %d, \"ms\": %.4f, \"bytes\": %.0f, \"gbps\": %.1f, \"pct_read_ceiling\": %.2f, \"stream_only_ms\": %.4f}%s\n",
                    all[i].format.c_str(), all[i].M, all[i].ms, all[i].bytes, all[i].gbps, 100 * all[i].gbps / ceiling, all[i].stream_ms,
