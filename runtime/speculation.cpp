@@ -16,4 +16,9 @@ int check_speculation(const SpeculationParams& p, int step_tokens) {
   return p.draft_max > 0 ? p.draft_max : step_tokens - 1;
 }
 
+int speculation_step_tokens(const SpeculationParams& p) {
+  if (p.drafter == Drafter::None) return 1;
+  return 1 + (p.draft_max > 0 ? p.draft_max : kDefaultDraftTokens);
+}
+
 }  // namespace mk

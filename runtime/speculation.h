@@ -22,6 +22,8 @@ enum class Drafter : uint8_t {
 inline const char* drafter_name(Drafter d) { return d == Drafter::Lookup ? "lookup" : "none"; }
 
 inline constexpr int kMaxLookupTokens = 16;  // the longest n-gram prompt lookup matches
+// Drafts a step when the caller does not choose (the engine's steps then hold the newest token and these).
+inline constexpr int kDefaultDraftTokens = 4;
 
 struct SpeculationParams {
   Drafter drafter = Drafter::None;
@@ -32,6 +34,9 @@ struct SpeculationParams {
 // Checks the parameters against the steps' size (ScheduleParams::step_tokens); returns the drafts a step
 // takes at most (0 without a drafter). Throws mk::Error naming the parameter.
 int check_speculation(const SpeculationParams& p, int step_tokens);
+// The step size a drafter's parameters ask for: the newest token and draft_max drafts (kDefaultDraftTokens
+// when 0); 1 without a drafter.
+int speculation_step_tokens(const SpeculationParams& p);
 
 // Prompt lookup over the tokens history[0, length): for n from lookup_max down to lookup_min, the latest
 // earlier occurrence of the last n tokens, history[p, p + n) with p + n < length; its continuation, k

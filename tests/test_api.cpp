@@ -266,6 +266,65 @@ TEST(Capi, GenerateStreamsAndReusesTheCacheAcrossTurns) {
   EXPECT_EQ(second.turns, 0);
 }
 
+// Speculative decoding on the emulator: the same replies, greedy and sampled, with the drafts counted;
+// its fields checked.
+TEST(Capi, SpeculationGivesTheSameRepliesAndCountsItsDrafts) {
+  const mk_model_options o = emulator();
+  mk_speculation spec;
+  mk_speculation_init(&spec);
+  EXPECT_EQ(spec.struct_size, sizeof(mk_speculation));
+  EXPECT_EQ(spec.drafter, MK_DRAFTER_NONE);
+  spec.drafter = MK_DRAFTER_LOOKUP;
+  spec.draft_max = 3;
+  char err[512];
+  mk_model *plain = nullptr, *speculative = nullptr;
+  ASSERT_EQ(mk_model_open(model_dir().c_str(), &o, &plain, err, sizeof err), MK_OK) << err;
+  ASSERT_EQ(mk_model_open_speculative(model_dir().c_str(), &o, &spec, &speculative, err, sizeof err), MK_OK) << err;
+  for (const float temperature : {0.0f, 0.9f}) {
+    mk_generate_params p = params(20);
+    p.temperature = temperature;
+    p.seed = 11;
+    std::string a, b;
+    mk_session *sa = nullptr, *sb = nullptr;
+    ASSERT_EQ(mk_session_create(plain, nullptr, &sa), MK_OK);
+    ASSERT_EQ(mk_session_create(speculative, nullptr, &sb), MK_OK);
+    ASSERT_EQ(mk_generate(sa, "again and again and again", &p, append_text, &a), MK_OK) << mk_session_last_error(sa);
+    ASSERT_EQ(mk_generate(sb, "again and again and again", &p, append_text, &b), MK_OK) << mk_session_last_error(sb);
+    EXPECT_EQ(a, b) << "temperature " << temperature;
+    mk_speculation_stats none{}, some{};
+    none.struct_size = some.struct_size = sizeof(mk_speculation_stats);
+    ASSERT_EQ(mk_session_speculation_stats(sa, &none), MK_OK);
+    ASSERT_EQ(mk_session_speculation_stats(sb, &some), MK_OK);
+    EXPECT_EQ(none.last_drafted_tokens, 0);
+    EXPECT_GT(some.last_drafted_tokens, 0);
+    EXPECT_LE(some.last_accepted_tokens, some.last_drafted_tokens);
+    mk_speculation_stats unsized{};
+    EXPECT_EQ(mk_session_speculation_stats(sb, &unsized), MK_ERROR_INVALID_ARGUMENT);
+    mk_session_destroy(sa);
+    mk_session_destroy(sb);
+  }
+  mk_model_close(plain);
+  mk_model_close(speculative);
+
+  const struct {
+    void (*change)(mk_speculation&);
+    const char* message;
+  } kBad[] = {
+      {[](mk_speculation& s) { s.drafter = static_cast<mk_drafter>(9); }, "drafter"},
+      {[](mk_speculation& s) { s.draft_max = 20; }, "20 drafts a step"},
+      {[](mk_speculation& s) { s.lookup_min = 4, s.lookup_max = 2; }, "lookup n-grams of 4 to 2 tokens"},
+      {[](mk_speculation& s) { s.struct_size = 0; }, "struct_size 0"},
+  };
+  for (const auto& b : kBad) {
+    mk_speculation bad = spec;
+    b.change(bad);
+    mk_model* m = nullptr;
+    EXPECT_EQ(mk_model_open_speculative(model_dir().c_str(), &o, &bad, &m, err, sizeof err), MK_ERROR_INVALID_ARGUMENT) << b.message;
+    EXPECT_THAT(err, HasSubstr(b.message));
+    EXPECT_EQ(m, nullptr);
+  }
+}
+
 TEST(Capi, ResetGivesTheSameGreedyReplyAgain) {
   Opened o;
   mk_generate_params p = params(12);

@@ -570,7 +570,12 @@ TEST(ServerJson, ChunksAndResponsesHaveOpenAIsShape) {
   EXPECT_EQ(usage["choices"], json::array());
   EXPECT_EQ(usage["usage"], json::parse(R"({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13,
                                              "prompt_tokens_details": {"cached_tokens": 4}})"));
+  EXPECT_EQ(timings_json(o)["draft_n"], 0);
+  o.drafted_tokens = 9, o.accepted_tokens = 4;
+  EXPECT_EQ(timings_json(o)["draft_n"], 9);
+  EXPECT_EQ(timings_json(o)["draft_n_accepted"], 4);
   const json full = full_response(ids, "Hello", o);
+  EXPECT_EQ(full["timings"]["draft_n_accepted"], 4);
   EXPECT_EQ(full["object"], "chat.completion");
   EXPECT_EQ(full["choices"][0]["message"]["content"], "Hello");
   EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");

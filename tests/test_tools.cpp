@@ -147,6 +147,47 @@ TEST(MkRun, QuantizeOptions) {
   EXPECT_THAT(r.err, HasSubstr("--quantize-head"));
 }
 
+// --spec lookup: the same tokens as without it (greedy and sampled), the drafts counted in the summary;
+// its flags' mistakes named.
+TEST(MkRun, SpeculationGivesTheSameTokensAndCountsItsDrafts) {
+  const std::vector<std::string> prompt = {"-t", "5,6,7,8,5,6,7,8,5,6,7,8,5,6", "-n", "24", "--ids"};
+  for (const std::vector<std::string>& sampling : {std::vector<std::string>{}, std::vector<std::string>{"--temp", "0.9", "--seed", "7"}}) {
+    std::vector<std::string> plain = prompt, spec = prompt;
+    plain.insert(plain.end(), sampling.begin(), sampling.end());
+    spec.insert(spec.end(), sampling.begin(), sampling.end());
+    spec.insert(spec.end(), {"--spec", "lookup", "--draft-max", "5"});
+    const Captured a = mk_run(plain), b = mk_run(spec);
+    ASSERT_EQ(a.status, 0) << a.err;
+    ASSERT_EQ(b.status, 0) << b.err;
+    const auto tokens_line = [](const std::string& out) { return out.substr(0, out.find('\n')); };
+    EXPECT_THAT(tokens_line(a.out), ::testing::StartsWith("tokens: "));
+    EXPECT_EQ(tokens_line(a.out), tokens_line(b.out));
+    EXPECT_THAT(a.out, Not(HasSubstr("drafts kept")));
+    EXPECT_THAT(b.out, ::testing::ContainsRegex(", [0-9]+ of [1-9][0-9]* drafts kept"));
+  }
+  Captured bad = mk_run({"-n", "1", "--spec", "lookup", "--lookup-min", "4", "--lookup-max", "2"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--lookup-min 4 is above --lookup-max 2"));
+  bad = mk_run({"-n", "1", "--spec", "lookup", "--draft-max", "16"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--draft-max: 16 is out of range"));
+  bad = mk_run({"-n", "1", "--spec", "draft"});
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--spec"));
+}
+
+TEST(MkChat, SpeculationGivesTheSameReplyAndStatsCountItsDrafts) {
+  const std::string input = "say it again and again\n/stats\n/quit\n";
+  const Captured a = mk_chat({"--seed", "3", "--temp", "0.8", "-n", "24"}, input);
+  const Captured b = mk_chat({"--seed", "3", "--temp", "0.8", "-n", "24", "--spec", "lookup"}, input);
+  ASSERT_EQ(a.status, 0) << a.err;
+  ASSERT_EQ(b.status, 0) << b.err;
+  const auto reply = [](const std::string& out) { return out.substr(0, out.find("context:")); };
+  EXPECT_EQ(reply(a.out), reply(b.out));
+  EXPECT_THAT(a.out, Not(HasSubstr("speculation")));
+  EXPECT_THAT(b.out, ::testing::ContainsRegex("last turn's speculation: [1-9][0-9]* tokens drafted, [0-9]+ kept"));
+}
+
 TEST(MkChat, AHugeContextIsRefusedNamingTheLimit) {
   for (const char* c : {"2000000000", "100000000"}) {
     const Captured r = mk_chat({"-c", c, "-p", "hi"});

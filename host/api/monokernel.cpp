@@ -221,8 +221,23 @@ void mk_model_options_init(mk_model_options* o) {
   o->watchdog_seconds = mk::EngineOptions{}.watchdog_seconds;
 }
 
+void mk_speculation_init(mk_speculation* s) {
+  if (!s) return;
+  *s = mk_speculation{};
+  s->struct_size = sizeof(mk_speculation);
+  s->drafter = MK_DRAFTER_NONE;
+  s->draft_max = mk::SpeculationParams{}.draft_max;
+  s->lookup_min = mk::SpeculationParams{}.lookup_min;
+  s->lookup_max = mk::SpeculationParams{}.lookup_max;
+}
+
 mk_status mk_model_open(const char* path, const mk_model_options* options, mk_model** model, char* errbuf,
                         size_t errbuf_size) {
+  return mk_model_open_speculative(path, options, nullptr, model, errbuf, errbuf_size);
+}
+
+mk_status mk_model_open_speculative(const char* path, const mk_model_options* options, const mk_speculation* speculation,
+                                    mk_model** model, char* errbuf, size_t errbuf_size) {
   std::string error;
   const mk_status status = guarded(error, [&] {
     if (!model) invalid("mk_model_open: model (the output pointer) is NULL");
@@ -242,6 +257,22 @@ mk_status mk_model_open(const char* path, const mk_model_options* options, mk_mo
     e.gpu_device = o.gpu_device;
     e.emulator_workgroups = o.emulator_workgroups;
     e.watchdog_seconds = o.watchdog_seconds;
+    if (speculation) {
+      // The fields the caller's struct_size covers, the rest at their defaults.
+      mk_speculation sp;
+      mk_speculation_init(&sp);
+      if (speculation->struct_size < offsetof(mk_speculation, draft_max))
+        invalid(fmt::format("mk_speculation: struct_size {} is smaller than any version of the struct", speculation->struct_size));
+      std::memcpy(&sp, speculation, std::min(speculation->struct_size, sizeof(sp)));
+      switch (sp.drafter) {
+        case MK_DRAFTER_NONE: e.speculation.drafter = mk::Drafter::None; break;
+        case MK_DRAFTER_LOOKUP: e.speculation.drafter = mk::Drafter::Lookup; break;
+        default: invalid("mk_model_open: speculation->drafter is not an mk_drafter");
+      }
+      e.speculation.draft_max = sp.draft_max;
+      e.speculation.lookup_min = sp.lookup_min;
+      e.speculation.lookup_max = sp.lookup_max;
+    }
     switch (o.quantize) {
       case MK_QUANTIZE_NONE: e.load.quantize = mk::Quantize::None; break;
       case MK_QUANTIZE_FP8: e.load.quantize = mk::Quantize::Fp8; break;
@@ -395,6 +426,17 @@ mk_status mk_session_stats(const mk_session* session, mk_stats* out) {
   out->last_tokens_per_second = s.last_tokens_per_second;
   out->last_total_seconds = s.last_total_seconds;
   out->last_stop = stop_of(s.last_stop);
+  return MK_OK;
+}
+
+mk_status mk_session_speculation_stats(const mk_session* session, mk_speculation_stats* out) {
+  if (!session || !out || out->struct_size < offsetof(mk_speculation_stats, last_drafted_tokens)) return MK_ERROR_INVALID_ARGUMENT;
+  const mk::SessionStats s = session->session->stats();
+  mk_speculation_stats v{};
+  v.struct_size = out->struct_size;
+  v.last_drafted_tokens = s.last_drafted_tokens;
+  v.last_accepted_tokens = s.last_accepted_tokens;
+  std::memcpy(out, &v, std::min(out->struct_size, sizeof(v)));
   return MK_OK;
 }
 

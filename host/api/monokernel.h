@@ -139,6 +139,27 @@ MK_API void mk_model_options_init(mk_model_options* options);
  * errbuf_size). A directory without a chat template opens; mk_generate then fails with MK_ERROR_BAD_MODEL. */
 MK_API mk_status mk_model_open(const char* path, const mk_model_options* options, mk_model** model, char* errbuf,
                                size_t errbuf_size);
+/* Speculative decoding: a drafter proposes tokens that one step of several tokens verifies against the
+ * model's own; the replies are token for token what they are without it. struct_size is the size of the
+ * struct the caller was compiled with (mk_speculation_init sets it). Runs on the CPU emulator so far: on
+ * the GPU, opening with a drafter fails with MK_ERROR_INVALID_ARGUMENT, saying so. */
+typedef enum mk_drafter {
+  MK_DRAFTER_NONE = 0,
+  MK_DRAFTER_LOOKUP = 1 /* the continuation of the latest earlier occurrence of the newest tokens */
+} mk_drafter;
+typedef struct mk_speculation {
+  size_t struct_size;
+  mk_drafter drafter;
+  int draft_max;  /* drafts a step at most, 1..15; 0: the default (4) */
+  int lookup_min; /* MK_DRAFTER_LOOKUP: the shortest and longest runs of newest tokens matched, 1..16 */
+  int lookup_max;
+} mk_speculation;
+
+/* Fills the defaults: no drafter, draft_max 0, lookup runs of 1 to 3 tokens. */
+MK_API void mk_speculation_init(mk_speculation* speculation);
+/* mk_model_open with speculative decoding (speculation may be NULL: none). */
+MK_API mk_status mk_model_open_speculative(const char* path, const mk_model_options* options, const mk_speculation* speculation,
+                                           mk_model** model, char* errbuf, size_t errbuf_size);
 /* Releases the handle (NULL is fine). Open sessions stay usable. */
 MK_API void mk_model_close(mk_model* model);
 /* "cpu-emulator (...)" or "gpu monokernel on ...". */
@@ -279,6 +300,14 @@ typedef struct mk_stats {
 } mk_stats;
 
 MK_API mk_status mk_session_stats(const mk_session* session, mk_stats* stats);
+/* The last reply's speculative decoding: tokens drafted, and of them those the model's own tokens
+ * confirmed (0 and 0 without a drafter). struct_size as for mk_speculation. */
+typedef struct mk_speculation_stats {
+  size_t struct_size;
+  int last_drafted_tokens;
+  int last_accepted_tokens;
+} mk_speculation_stats;
+MK_API mk_status mk_session_speculation_stats(const mk_session* session, mk_speculation_stats* stats);
 /* Message of the last failed call on this session; "" if none. */
 MK_API const char* mk_session_last_error(const mk_session* session);
 

@@ -38,6 +38,10 @@ struct ModelOptions : mk_model_options {
   ModelOptions() { mk_model_options_init(this); }
 };
 
+struct Speculation : mk_speculation {
+  Speculation() { mk_speculation_init(this); }
+};
+
 struct GenerateParams : mk_generate_params {
   GenerateParams() { mk_generate_params_init(this); }
 };
@@ -64,9 +68,9 @@ struct Message {
 
 class Model {
  public:
-  explicit Model(const std::string& path, const ModelOptions& options = {}) {
+  explicit Model(const std::string& path, const ModelOptions& options = {}, const Speculation& speculation = {}) {
     char error[1024] = "";
-    const mk_status s = mk_model_open(path.c_str(), &options, &handle_, error, sizeof error);
+    const mk_status s = mk_model_open_speculative(path.c_str(), &options, &speculation, &handle_, error, sizeof error);
     if (s != MK_OK) throw Error(s, error);
   }
   Model(Model&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
@@ -175,6 +179,13 @@ class Session {
   Stats stats() const {
     Stats out{};
     check(mk_session_stats(handle_, &out));
+    return out;
+  }
+  // The last reply's drafted and kept tokens (speculative decoding).
+  mk_speculation_stats speculation_stats() const {
+    mk_speculation_stats out{};
+    out.struct_size = sizeof out;
+    check(mk_session_speculation_stats(handle_, &out));
     return out;
   }
 

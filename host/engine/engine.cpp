@@ -9,6 +9,7 @@
 #include "host/emulator/emulator.h"
 #include "runtime/context_size.h"
 #include "runtime/limits.h"
+#include "runtime/schedule.h"
 #include "runtime/model.h"
 #include "runtime/token_vocabulary.h"
 
@@ -176,6 +177,14 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   if (!(options.watchdog_seconds >= kMinWatchdogSeconds && options.watchdog_seconds <= kMaxWatchdogSeconds))
     invalid(fmt::format("watchdog_seconds must be between {} and {} (got {})", kMinWatchdogSeconds, kMaxWatchdogSeconds,
                         options.watchdog_seconds));
+  const int step_tokens = speculation_step_tokens(options.speculation);
+  if (step_tokens > kMaxStepTokens)
+    invalid(fmt::format("speculation: {} drafts a step (at most {})", options.speculation.draft_max, kMaxStepTokens - 1));
+  try {
+    check_speculation(options.speculation, step_tokens);
+  } catch (const Error& e) {
+    invalid(e.what());
+  }
 
   auto model = as_bad_model([&] { return load_model(dir, options.load); });
   auto tokenizer = as_bad_model([&] { return Tokenizer::load(dir); });
@@ -200,6 +209,10 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   const bool gpu = options.backend != BackendChoice::Emulator && gpu_available(&why_no_gpu);
   if (options.backend == BackendChoice::Gpu && !gpu)
     throw EngineError(EngineErrorKind::Backend, fmt::format("no GPU: {}", why_no_gpu));
+  if (gpu && options.speculation.drafter != Drafter::None)
+    invalid(fmt::format("speculative decoding ({}) runs on the CPU emulator only so far: the GPU kernel's token steps take one "
+                        "token; use no drafter, or the emulator",
+                        drafter_name(options.speculation.drafter)));
   if (gpu) {
     GpuOptions g;
     g.device = options.gpu_device;
@@ -215,6 +228,8 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     e.context = context;
     e.check_dependencies = false;  // the checker is for tests of the schedule; it multiplies the time
     e.interleaving = Interleaving::RoundRobin;
+    e.step_tokens = step_tokens;
+    e.speculation = options.speculation;
     shared->factory = [&m, e] { return std::unique_ptr<DecodeBackend>(std::make_unique<Emulator>(m, e)); };
   }
   shared->on_gpu = gpu;
@@ -438,6 +453,8 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
   out.stop = saw_stop ? StopReason::Eos : result.stop;
   stats_.last_ingested_tokens = result.stats.ingested_tokens;
   stats_.last_generated_tokens = result.stats.generated_tokens;
+  stats_.last_drafted_tokens = result.stats.drafted_tokens;
+  stats_.last_accepted_tokens = result.stats.accepted_tokens;
   stats_.last_first_token_seconds = result.stats.first_token_seconds;
   stats_.last_tokens_per_second = result.stats.decode_tokens_per_second();
   stats_.last_total_seconds = result.stats.total_seconds;
@@ -570,6 +587,8 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
   out.stats = result.stats;
   stats_.last_ingested_tokens = result.stats.ingested_tokens;
   stats_.last_generated_tokens = result.stats.generated_tokens;
+  stats_.last_drafted_tokens = result.stats.drafted_tokens;
+  stats_.last_accepted_tokens = result.stats.accepted_tokens;
   stats_.last_first_token_seconds = result.stats.first_token_seconds;
   stats_.last_tokens_per_second = result.stats.decode_tokens_per_second();
   stats_.last_total_seconds = result.stats.total_seconds;

@@ -30,6 +30,7 @@
 #include "runtime/decode_backend.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
+#include "runtime/speculation.h"
 #include "runtime/token_automaton.h"
 #include "runtime/tokenizer.h"
 
@@ -82,6 +83,10 @@ struct EngineOptions {
   // Load-time quantization of a bf16/fp16 checkpoint, the head included or not, and its progress
   // (runtime/model.h; a quantized checkpoint runs as stored without it).
   LoadOptions load;
+  // Speculative decoding (runtime/speculation.h): a drafter proposes tokens that steps of several tokens
+  // verify against the model's own ones; the replies are token for token what they are without it. Runs on
+  // the CPU emulator so far (the GPU kernel's token steps take one token: opening fails there, saying so).
+  SpeculationParams speculation;
   // GPU weight upload: (bytes done, bytes total, seconds so far).
   std::function<void(uint64_t, uint64_t, double)> on_upload_progress;
   // Notices for the user: the fallback to the emulator, and why.
@@ -134,6 +139,8 @@ struct SessionStats {
   double last_tokens_per_second = 0;
   double last_total_seconds = 0;
   StopReason last_stop = StopReason::None;
+  int last_drafted_tokens = 0;   // speculative decoding: tokens drafted in the last reply, and of them
+  int last_accepted_tokens = 0;  // those the model's own tokens confirmed
 };
 
 using TextCallback = std::function<void(std::string_view text)>;

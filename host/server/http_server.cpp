@@ -500,10 +500,12 @@ struct HttpServer::Impl {
       fmt::print(stderr, "POST {}: generation failed: {}\n", path, o.error);
       return;
     }
+    const std::string drafts =
+        o.drafted_tokens > 0 ? fmt::format("{} of {} drafts kept, ", o.accepted_tokens, o.drafted_tokens) : std::string();
     fmt::print(stderr, "POST {}{}: {} prompt tokens ({} cached), {} generated, queue {:.1f} ms, first token {:.1f} ms, "
-                       "{:.1f} tok/s, {}\n",
+                       "{:.1f} tok/s, {}{}\n",
                path, streamed ? " (stream)" : "", o.prompt_tokens, o.cached_tokens, o.completion_tokens, o.queue_seconds * 1e3,
-               o.first_token_seconds * 1e3, o.decode_tokens_per_second, o.finish_reason);
+               o.first_token_seconds * 1e3, o.decode_tokens_per_second, drafts, o.finish_reason);
   }
 
   // -------------------------------------------------------------------------------------------------

@@ -73,12 +73,15 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(size_t(1024), size_t(1) << 30));
   mk::LoadOptions load;
   mk::cli::add_quantize_options(app, load);
+  mk::SpeculationParams spec;
+  mk::cli::add_speculation_options(app, spec);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::EngineOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
   app.add_flag("-q,--quiet", quiet, "no line per request on stderr");
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (d.max_tokens == 0) mk::cli::usage_error("-n must be positive, or -1 for no limit");
+  mk::cli::check_speculation_flags(spec);
   if (!(d.sampling.top_p > 0.f)) mk::cli::usage_error("--top-p must be in (0, 1] (got {})", d.sampling.top_p);
   if (!key_file.empty()) {
     if (!config.api_key.empty()) mk::cli::usage_error("give either --api-key or --api-key-file, not both");
@@ -104,6 +107,7 @@ int run(int argc, char** argv) {
   options.context = context;
   options.watchdog_seconds = watchdog;
   options.load = load;
+  options.speculation = spec;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   options.on_upload_progress = [](uint64_t done, uint64_t total, double s) {
     if (done == total) fmt::print(stderr, "uploaded {:.2f} GB of weights in {:.1f} s\n", double(total) / 1e9, s);

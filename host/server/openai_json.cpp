@@ -43,7 +43,9 @@ json timings_json(const JobOutcome& o) {
           {"queue_ms", o.queue_seconds * 1e3},
           {"first_token_ms", o.first_token_seconds * 1e3},
           {"engine_first_token_ms", o.engine_first_token_seconds * 1e3},
-          {"predicted_per_second", o.decode_tokens_per_second}};
+          {"predicted_per_second", o.decode_tokens_per_second},
+          {"draft_n", o.drafted_tokens},
+          {"draft_n_accepted", o.accepted_tokens}};
 }
 
 json logprobs_json(Endpoint endpoint, const std::vector<LogprobEntry>& entries, size_t text_offset) {

@@ -190,6 +190,8 @@ void Scheduler::generate(Job& job) {
       o.cached_tokens = r.cached_tokens;
       o.engine_first_token_seconds = r.stats.first_token_seconds;
       o.decode_tokens_per_second = r.stats.decode_tokens_per_second();
+      o.drafted_tokens = r.stats.drafted_tokens;
+      o.accepted_tokens = r.stats.accepted_tokens;
       if (!filter.stopped()) {
         job.release(filter.push(decoder.flush()));
         if (!filter.stopped()) job.release(filter.finish());

@@ -40,6 +40,8 @@ struct JobOutcome {
   double first_token_seconds = 0;  // arrival -> first token (0: none)
   double engine_first_token_seconds = 0;  // start of generation -> first token (the backend's own TTFT)
   double decode_tokens_per_second = 0;    // tokens after the first over their time
+  int drafted_tokens = 0;                 // speculative decoding: tokens drafted, and of them
+  int accepted_tokens = 0;                // those the model's own tokens confirmed
   double total_seconds = 0;               // arrival -> done
 };
 

@@ -21,6 +21,8 @@
 #include "runtime/limits.h"
 #include "runtime/model.h"
 #include "runtime/sampling.h"
+#include "runtime/schedule.h"
+#include "runtime/speculation.h"
 
 namespace mk::cli {
 
@@ -150,6 +152,37 @@ inline CLI::Option* add_watchdog_option(CLI::App& app, double& seconds) {
       ->capture_default_str()
       ->check(check)
       ->option_text("SECONDS");
+}
+
+// --spec none|lookup, --draft-max K, --lookup-min N, --lookup-max N: speculative decoding
+// (runtime/speculation.h), into `spec`. The replies are the same tokens with or without it.
+inline void add_speculation_options(CLI::App& app, SpeculationParams& spec) {
+  static const std::map<std::string, Drafter> kNames{{"none", Drafter::None}, {"lookup", Drafter::Lookup}};
+  app.add_option("--spec", spec.drafter,
+                 "speculative decoding: none, or lookup (draft the continuation of the latest earlier occurrence of the "
+                 "newest tokens in the prompt and reply, and verify the drafts in one step); the tokens are the same "
+                 "either way. CPU emulator only so far; default: none")
+      ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
+      ->option_text("none|lookup");
+  app.add_option("--draft-max", spec.draft_max, fmt::format("with --spec: drafts a step at most (default {})", kDefaultDraftTokens))
+      ->check(int_range(1, kMaxStepTokens - 1))
+      ->option_text("K");
+  app.add_option("--lookup-min", spec.lookup_min, "with --spec lookup: the shortest run of newest tokens matched")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxLookupTokens));
+  app.add_option("--lookup-max", spec.lookup_max, "with --spec lookup: the longest run of newest tokens matched")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxLookupTokens));
+}
+
+// After parsing: the flags add_speculation_options read, checked together.
+inline void check_speculation_flags(const SpeculationParams& spec) {
+  if (spec.lookup_min > spec.lookup_max) usage_error("--lookup-min {} is above --lookup-max {}", spec.lookup_min, spec.lookup_max);
+}
+
+// The counts of a reply's speculation for a summary line: ", 12 of 20 drafts kept" ("" without drafts).
+inline std::string drafts_summary(const GenerateStats& s) {
+  return s.drafted_tokens > 0 ? fmt::format(", {} of {} drafts kept", s.accepted_tokens, s.drafted_tokens) : std::string();
 }
 
 // --quantize none|fp8|int4 and --quantize-head yes|no: load-time quantization of a bf16/fp16 checkpoint

@@ -237,9 +237,9 @@ void print_progress(uint64_t done, uint64_t total, double seconds) {
 void print_reply_stats(const mk::TurnResult& r, const mk::Session& session, bool one_shot) {
   const mk::SessionStats s = session.stats();
   const auto& g = r.stats;
-  const std::string speed = fmt::format("{} tokens, {:.1f} tok/s, first token {:.1f} ms, context {}/{}",
+  const std::string speed = fmt::format("{} tokens, {:.1f} tok/s, first token {:.1f} ms, context {}/{}{}",
                                         g.generated_tokens, g.decode_tokens_per_second(), g.first_token_seconds * 1e3,
-                                        s.context_tokens, s.context_size);
+                                        s.context_tokens, s.context_size, mk::cli::drafts_summary(g));
   switch (r.stop) {
     case mk::StopReason::Cancelled: fmt::print(stderr, "[stopped: {}]\n", speed); break;
     case mk::StopReason::ContextFull:
@@ -258,6 +258,8 @@ void print_session_stats(const mk::Session& session, const mk::Engine& engine) {
     fmt::print("last turn: ingested {} tokens, generated {} ({}), first token {:.1f} ms, {:.1f} tok/s\n",
                s.last_ingested_tokens, s.last_generated_tokens, mk::stop_reason_name(s.last_stop),
                s.last_first_token_seconds * 1e3, s.last_tokens_per_second);
+  if (s.last_drafted_tokens > 0)
+    fmt::print("last turn's speculation: {} tokens drafted, {} kept\n", s.last_drafted_tokens, s.last_accepted_tokens);
   fmt::print("backend: {}\n", engine.backend_name());
   std::fflush(stdout);
 }
@@ -383,12 +385,15 @@ int run(int argc, char** argv) {
   mk::cli::add_seed_option(app, seed, "sampling seed (default: random)");
   mk::cli::ConstraintFlags constraint_flags;
   mk::cli::add_constraint_options(app, constraint_flags);
+  mk::SpeculationParams spec;
+  mk::cli::add_speculation_options(app, spec);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::EngineOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (params.max_tokens == 0) mk::cli::usage_error("-n 0: must be positive, or -1 for no limit");
   mk::cli::check_sampling_flags(params.sampling);
+  mk::cli::check_speculation_flags(spec);
   params.sampling.seed = seed ? *seed : std::random_device{}();
   params.constraint = mk::cli::constraint_spec(constraint_flags);
   const bool one_shot = app.count("-p") > 0;
@@ -409,6 +414,7 @@ int run(int argc, char** argv) {
   options.context = context;
   options.watchdog_seconds = watchdog;
   options.load = load;
+  options.speculation = spec;
   options.on_upload_progress = print_progress;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   auto engine = mk::Engine::open(model_dir, options);

@@ -126,6 +126,8 @@ int run(int argc, char** argv) {
   int logprobs = -1;
   app.add_option("--logprobs", logprobs, "after the reply, print each token's log-probability and N alternatives (0..20)")
       ->check(mk::cli::int_range(0, mk::kMaxTopLogprobs));
+  mk::SpeculationParams speculation;
+  mk::cli::add_speculation_options(app, speculation);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::GpuOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
@@ -136,6 +138,7 @@ int run(int argc, char** argv) {
   if (const auto status = mk::cli::parse_command_line(app, argc, argv)) return *status;
   if (!model_dir.empty() && !preset.empty()) mk::cli::usage_error("give either -m or --preset, not both");
   mk::cli::check_sampling_flags(sampling);
+  mk::cli::check_speculation_flags(speculation);
   const bool text_prompt = prompt_option->count() > 0;
   if (text_prompt && prompt.empty()) mk::cli::usage_error("-p: the prompt is empty (give the text to continue)");
   if (text_prompt && model_dir.empty())
@@ -155,6 +158,10 @@ int run(int argc, char** argv) {
 
   std::string why_no_gpu;
   const bool use_gpu = !force_emulator && mk::gpu_available(&why_no_gpu);
+  if (speculation.drafter != mk::Drafter::None && use_gpu)
+    mk::cli::usage_error("--spec {}: speculative decoding runs on the CPU emulator only so far (the GPU kernel's token steps take "
+                         "one token); add --emulator, or leave --spec out",
+                         mk::drafter_name(speculation.drafter));
   // Removes the built-in model's temporary directory on every way out, errors included.
   struct TempDir {
     std::filesystem::path path;
@@ -241,6 +248,8 @@ int run(int argc, char** argv) {
     opt.num_workgroups = workgroups;
     opt.context = chosen.tokens;
     opt.check_dependencies = false;
+    opt.step_tokens = mk::speculation_step_tokens(speculation);
+    opt.speculation = speculation;
     backend = std::make_unique<mk::Emulator>(*model, opt);
   }
   fmt::print(stderr, "{}", mk::cli::wrap_info(fmt::format("backend: {}, context {} tokens", backend->name(), chosen.tokens)));
@@ -295,10 +304,10 @@ int run(int argc, char** argv) {
   const auto& s = result.stats;
   // The backend is named on its own line above: this one stays short.
   const std::string summary =
-      fmt::format("{} prompt tokens, {} generated ({}), first token {:.2f} ms, {:.2f} ms/token, {:.1f} tok/s",
+      fmt::format("{} prompt tokens, {} generated ({}), first token {:.2f} ms, {:.2f} ms/token, {:.1f} tok/s{}",
                   s.ingested_tokens, s.generated_tokens, mk::stop_reason_name(result.stop), s.first_token_seconds * 1e3,
                   s.decode_tokens_per_second() > 0 ? 1e3 / s.decode_tokens_per_second() : 0.0,
-                  s.decode_tokens_per_second());
+                  s.decode_tokens_per_second(), mk::cli::drafts_summary(s));
   fmt::print(print_text ? stderr : stdout, "{}{}\n", summary, seed ? "" : fmt::format(" (seed {})", sampling.seed));
   return result.stop == mk::StopReason::Cancelled ? mk::cli::kExitInterrupted : 0;
 }
