@@ -148,7 +148,7 @@ __device__ __forceinline__ void engine_step(const uint8_t* tile_slice, int cols,
   const uint8_t* params = tile_slice + tile_code_bytes(F, cols);
   typename TileDecode<F>::Param za = 0, zb = 0;
   if constexpr (F == MatrixFormat::INT4) {
-    const uint8_t* zeros = params + 4 * kTileRows * (cols / kTileGroup) + group * kTileRows;
+    const uint8_t* zeros = params + tile_zero_offset(cols / kTileGroup, group, 0);
     za = zeros[g], zb = zeros[g + 8];
   }
   // Quantized: this step's sums apart, then scaled by their rows' group scales.
@@ -187,7 +187,7 @@ __device__ __forceinline__ void engine_step(const uint8_t* tile_slice, int cols,
     }
   }
   if constexpr (kScaled) {
-    const float* scales = reinterpret_cast<const float*>(params) + group * kTileRows;
+    const float* scales = reinterpret_cast<const float*>(params + tile_scale_offset(group, 0));
     const float sa = scales[g], sb = scales[g + 8];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {

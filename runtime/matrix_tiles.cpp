@@ -28,9 +28,8 @@ std::vector<uint8_t> pack_matrix_tiles(const uint8_t* row_major, int rows, int c
       const int n_groups = cols_s / kTileGroup;
       for (int gi = 0; gi < n_groups; ++gi) {
         const int g = s * slice_groups + gi;
-        std::memcpy(params + 4 * (gi * kTileRows + tr), row + row_value_bytes(format, cols) + 4 * g, 4);
-        if (matrix_format_zero_points(format))
-          params[4 * kTileRows * n_groups + gi * kTileRows + tr] = row[row_value_bytes(format, cols) + 4 * groups + g];
+        std::memcpy(params + tile_scale_offset(gi, tr), row + row_value_bytes(format, cols) + 4 * g, 4);
+        if (matrix_format_zero_points(format)) params[tile_zero_offset(n_groups, gi, tr)] = row[row_value_bytes(format, cols) + 4 * groups + g];
       }
     }
   }
@@ -48,11 +47,9 @@ float matrix_tiles_element(const uint8_t* tiles, const MatrixTiles& shape, int r
   const uint8_t* params = ts + tile_code_bytes(f, cols_s);
   const int gi = k / kTileGroup, n_groups = cols_s / kTileGroup;
   float scale;
-  std::memcpy(&scale, params + 4 * (gi * kTileRows + tr), 4);
+  std::memcpy(&scale, params + tile_scale_offset(gi, tr), 4);
   if (f == MatrixFormat::FP8) return fp8_e4m3_to_float(piece[e]) * scale;
-  const int bit = 32 * (e / 8) + 4 * int4_nibble(e % 8);
-  const int code = (piece[bit / 8] >> (bit % 8)) & 0xf;
-  return float(code - int(params[4 * kTileRows * n_groups + gi * kTileRows + tr])) * scale;
+  return float(int4_code(piece, e) - int(params[tile_zero_offset(n_groups, gi, tr)])) * scale;
 }
 
 std::vector<uint8_t> pack_activations(const float* x, int M, int cols, MatrixFormat format) {

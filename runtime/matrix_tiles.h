@@ -87,6 +87,11 @@ struct MatrixTiles {
   MK_HD_INLINE size_t act_slice_bytes(int M) const { return size_t(M) * size_t(act_column_bytes(format)); }
 };
 
+// Byte offsets, from a tile slice's parameters (after its codes; `groups` scale groups), of tile row r's
+// scale and (INT4) zero point in group g.
+MK_HD_INLINE constexpr int tile_scale_offset(int g, int r) { return 4 * (g * kTileRows + r); }
+MK_HD_INLINE constexpr int tile_zero_offset(int groups, int g, int r) { return 4 * kTileRows * groups + g * kTileRows + r; }
+
 // Place (16-byte units from the tile slice's start) of piece p of tile row r.
 MK_HD_INLINE constexpr int tile_piece_place(int p, int r) { return ((p / 4) * 2 + r / 8) * 32 + 4 * (r % 8) + p % 4; }
 

@@ -18,6 +18,7 @@ int check_speculation(const SpeculationParams& p, int step_tokens) {
 
 int speculation_step_tokens(const SpeculationParams& p) {
   if (p.drafter == Drafter::None) return 1;
+  if (p.draft_max > kMaxStepTokens - 1) fail("speculation: {} drafts a step (at most {})", p.draft_max, kMaxStepTokens - 1);
   return 1 + (p.draft_max > 0 ? p.draft_max : kDefaultDraftTokens);
 }
 

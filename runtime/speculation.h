@@ -35,7 +35,7 @@ struct SpeculationParams {
 // takes at most (0 without a drafter). Throws mk::Error naming the parameter.
 int check_speculation(const SpeculationParams& p, int step_tokens);
 // The step size a drafter's parameters ask for: the newest token and draft_max drafts (kDefaultDraftTokens
-// when 0); 1 without a drafter.
+// when 0); 1 without a drafter. Throws mk::Error when that exceeds kMaxStepTokens.
 int speculation_step_tokens(const SpeculationParams& p);
 
 // Prompt lookup over the tokens history[0, length): for n from lookup_max down to lookup_min, the latest

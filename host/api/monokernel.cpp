@@ -109,19 +109,24 @@ mk::TurnParams turn_params(const mk_generate_params& p) {
 
 static_assert(MK_MAX_TOP_LOGPROBS == mk::kMaxTopLogprobs, "the C record holds the engine's alternatives");
 
-// The options the caller's struct_size covers, the rest at their defaults; an impossible size is an error.
-mk_generate_options options_of(const mk_generate_options* given) {
-  mk_generate_options o;
-  mk_generate_options_init(&o);
+// A struct_size-versioned input struct (`name`, filled by `init`): the fields the caller's struct_size
+// covers, the rest at their defaults; a size below `first_version` (the first version's) is an error.
+template <class T>
+T versioned_input(const T* given, void (*init)(T*), size_t first_version, const char* name) {
+  T o;
+  init(&o);
   if (!given) return o;
-  constexpr size_t kFirstVersion = offsetof(mk_generate_options, params) + sizeof(mk_generate_params);
-  if (given->struct_size < kFirstVersion)
-    invalid(fmt::format("mk_generate_options: struct_size {} is smaller than any version of the struct ({} bytes); "
-                        "call mk_generate_options_init",
-                        given->struct_size, kFirstVersion));
+  if (given->struct_size < first_version)
+    invalid(fmt::format("{}: struct_size {} is smaller than any version of the struct ({} bytes); call {}_init", name,
+                        given->struct_size, first_version, name));
   std::memcpy(&o, given, std::min(given->struct_size, sizeof(o)));
   o.struct_size = sizeof(o);
   return o;
+}
+
+mk_generate_options options_of(const mk_generate_options* given) {
+  return versioned_input(given, mk_generate_options_init, offsetof(mk_generate_options, params) + sizeof(mk_generate_params),
+                         "mk_generate_options");
 }
 
 mk::TurnParams turn_params(const mk_generate_options& o) {
@@ -257,22 +262,15 @@ mk_status mk_model_open_speculative(const char* path, const mk_model_options* op
     e.gpu_device = o.gpu_device;
     e.emulator_workgroups = o.emulator_workgroups;
     e.watchdog_seconds = o.watchdog_seconds;
-    if (speculation) {
-      // The fields the caller's struct_size covers, the rest at their defaults.
-      mk_speculation sp;
-      mk_speculation_init(&sp);
-      if (speculation->struct_size < offsetof(mk_speculation, draft_max))
-        invalid(fmt::format("mk_speculation: struct_size {} is smaller than any version of the struct", speculation->struct_size));
-      std::memcpy(&sp, speculation, std::min(speculation->struct_size, sizeof(sp)));
-      switch (sp.drafter) {
-        case MK_DRAFTER_NONE: e.speculation.drafter = mk::Drafter::None; break;
-        case MK_DRAFTER_LOOKUP: e.speculation.drafter = mk::Drafter::Lookup; break;
-        default: invalid("mk_model_open: speculation->drafter is not an mk_drafter");
-      }
-      e.speculation.draft_max = sp.draft_max;
-      e.speculation.lookup_min = sp.lookup_min;
-      e.speculation.lookup_max = sp.lookup_max;
+    const mk_speculation sp = versioned_input(speculation, mk_speculation_init, offsetof(mk_speculation, draft_max), "mk_speculation");
+    switch (sp.drafter) {
+      case MK_DRAFTER_NONE: e.speculation.drafter = mk::Drafter::None; break;
+      case MK_DRAFTER_LOOKUP: e.speculation.drafter = mk::Drafter::Lookup; break;
+      default: invalid("mk_model_open: speculation->drafter is not an mk_drafter");
     }
+    e.speculation.draft_max = sp.draft_max;
+    e.speculation.lookup_min = sp.lookup_min;
+    e.speculation.lookup_max = sp.lookup_max;
     switch (o.quantize) {
       case MK_QUANTIZE_NONE: e.load.quantize = mk::Quantize::None; break;
       case MK_QUANTIZE_FP8: e.load.quantize = mk::Quantize::Fp8; break;

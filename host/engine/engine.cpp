@@ -9,7 +9,6 @@
 #include "host/emulator/emulator.h"
 #include "runtime/context_size.h"
 #include "runtime/limits.h"
-#include "runtime/schedule.h"
 #include "runtime/model.h"
 #include "runtime/token_vocabulary.h"
 
@@ -177,10 +176,9 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   if (!(options.watchdog_seconds >= kMinWatchdogSeconds && options.watchdog_seconds <= kMaxWatchdogSeconds))
     invalid(fmt::format("watchdog_seconds must be between {} and {} (got {})", kMinWatchdogSeconds, kMaxWatchdogSeconds,
                         options.watchdog_seconds));
-  const int step_tokens = speculation_step_tokens(options.speculation);
-  if (step_tokens > kMaxStepTokens)
-    invalid(fmt::format("speculation: {} drafts a step (at most {})", options.speculation.draft_max, kMaxStepTokens - 1));
+  int step_tokens = 1;
   try {
+    step_tokens = speculation_step_tokens(options.speculation);
     check_speculation(options.speculation, step_tokens);
   } catch (const Error& e) {
     invalid(e.what());
@@ -327,6 +325,17 @@ SessionStats Session::stats() const {
   return s;
 }
 
+void Session::note_reply(const GenerateStats& g, StopReason stop) {
+  stats_.last_ingested_tokens = g.ingested_tokens;
+  stats_.last_generated_tokens = g.generated_tokens;
+  stats_.last_drafted_tokens = g.drafted_tokens;
+  stats_.last_accepted_tokens = g.accepted_tokens;
+  stats_.last_first_token_seconds = g.first_token_seconds;
+  stats_.last_tokens_per_second = g.decode_tokens_per_second();
+  stats_.last_total_seconds = g.total_seconds;
+  stats_.last_stop = stop;
+}
+
 GenerateResult Session::generate_or_throw(const GenerateRequest& request, const TokenCallback& on_token,
                                          bool& cache_consistent, std::string_view rejected_hint) {
   try {
@@ -451,14 +460,7 @@ TurnResult Session::chat(const std::vector<ChatMessage>& messages, const TurnPar
 
   out.stats = result.stats;
   out.stop = saw_stop ? StopReason::Eos : result.stop;
-  stats_.last_ingested_tokens = result.stats.ingested_tokens;
-  stats_.last_generated_tokens = result.stats.generated_tokens;
-  stats_.last_drafted_tokens = result.stats.drafted_tokens;
-  stats_.last_accepted_tokens = result.stats.accepted_tokens;
-  stats_.last_first_token_seconds = result.stats.first_token_seconds;
-  stats_.last_tokens_per_second = result.stats.decode_tokens_per_second();
-  stats_.last_total_seconds = result.stats.total_seconds;
-  stats_.last_stop = out.stop;
+  note_reply(result.stats, out.stop);
 
   if (result.tokens.empty()) {
     // Stopped while reading the prompt: the cache holds part of it. The messages are dropped (as if
@@ -585,14 +587,7 @@ CompletionResult Session::complete(const std::vector<int32_t>& prompt, const Tur
 
   out.stop = saw_stop ? StopReason::Eos : result.stop;
   out.stats = result.stats;
-  stats_.last_ingested_tokens = result.stats.ingested_tokens;
-  stats_.last_generated_tokens = result.stats.generated_tokens;
-  stats_.last_drafted_tokens = result.stats.drafted_tokens;
-  stats_.last_accepted_tokens = result.stats.accepted_tokens;
-  stats_.last_first_token_seconds = result.stats.first_token_seconds;
-  stats_.last_tokens_per_second = result.stats.decode_tokens_per_second();
-  stats_.last_total_seconds = result.stats.total_seconds;
-  stats_.last_stop = out.stop;
+  note_reply(result.stats, out.stop);
   if (callback_error) std::rethrow_exception(callback_error);
   return out;
 }

@@ -242,6 +242,8 @@ class Session {
   // the hung kernel would not stop.
   GenerateResult generate_or_throw(const GenerateRequest& request, const TokenCallback& on_token, bool& cache_consistent,
                                    std::string_view rejected_hint);
+  // The last reply's counts and times into stats_ (chat() and complete() alike).
+  void note_reply(const GenerateStats& g, StopReason stop);
 
   std::shared_ptr<Engine::Shared> shared_;  // declared first: outlives backend_
   std::unique_ptr<DecodeBackend> backend_;
