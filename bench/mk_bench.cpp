@@ -216,6 +216,12 @@ int run(int argc, char** argv) {
                  "prompt tokens per chunk step (prefill; -1: the default, 0: prompts one token per step)")
       ->capture_default_str()
       ->check(mk::cli::int_range(-1, mk::limits::kMaxPositions));
+  std::string chunk_tiles = "auto";
+  app.add_option("--chunk-tiles", chunk_tiles,
+                 "chunk steps' matrix tiles: auto (256 columns where a stage takes less time so) or narrow (128 "
+                 "throughout, and less shared memory for the chunk kernel)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "narrow"}));
   app.add_option("-n,--tokens", tokens, "tokens generated per repetition")->capture_default_str()->check(mk::cli::int_range(2, 100000));
   app.add_option("-r,--reps", reps, "repetitions per depth")->capture_default_str()->check(mk::cli::int_range(1, 1000));
   app.add_flag("--profile", profile, "per-instruction time breakdown (globaltimer per instruction)");
@@ -377,6 +383,7 @@ int run(int argc, char** argv) {
   }
   opt.stage_barriers = stage_barriers;
   opt.chunk_tokens = chunk_tokens;
+  opt.chunk_wide_tiles = chunk_tiles == "auto";
   auto gpu = mk::create_gpu_backend(*model, opt);
   const auto& info = gpu->info();
   const auto& cfg = model->config;
@@ -510,6 +517,7 @@ int run(int argc, char** argv) {
       j["depths"].push_back(d);
     }
     j["chunk_tokens"] = gpu->schedule().chunk.tokens;
+    j["chunk_tiles"] = chunk_tiles;
     for (const auto& r : prompt_results) {
       nlohmann::json pr = {{"length", r.length},
                            {"ttft_ms", r.median_ms},

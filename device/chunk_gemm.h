@@ -28,6 +28,7 @@
 #include "device/async_copy.h"
 #include "device/platform.h"
 #include "device/tensor_core.h"
+#include "device/warpgroup_mma.h"
 #else
 #define MK_CHUNK_GEMM_DEVICE 0
 #endif
@@ -58,9 +59,39 @@ struct ChunkGemmShape {
 
 struct ChunkGemmTile : ChunkGemmShape<64, 3, 1> {};
 
-// Dynamic shared memory of chunk_gemm_tile, bytes (96 KiB).
-MK_HD_INLINE constexpr size_t chunk_gemm_smem_bytes() { return ChunkGemmTile::kSmemBytes; }
-static_assert(chunk_gemm_smem_bytes() <= 96 * 1024, "the tile's shared memory budget");
+// The warpgroup (wgmma) path's tiles: 128 x kN (128 or 256), k-tiles of 64 in kStages stages of 128-byte
+// rows (the 128-byte swizzle the products' descriptors name), plus the slack that aligns the stages to
+// 1024 bytes. Warpgroup g takes rows 64 (g % 2) .. + 63 of the tile. 128 x 128: warpgroups g and g + 2
+// share those rows and all 128 columns and split every k-tile's four 16-deep steps (g / 2 picks a pair),
+// their sums added once through shared memory at the end; 128 x 256: warpgroup g takes columns
+// 128 (g / 2) .. + 127 and all four steps. Either way each warpgroup runs m64n128k16 products.
+template <int N_, int Stages_ = 4>
+struct ChunkGemmWgmmaShape {
+  static constexpr int kM = 128, kN = N_, kK = 64, kStages = Stages_;
+  static constexpr int kAhead = kStages - 2;  // k-tiles copied ahead of the one the products read
+  static constexpr int kSplitK = 256 / kN;  // warpgroups sharing a 64 x 128 block of the tile
+  static constexpr int kRowBytes = kK * 2;
+  static constexpr int kStageBytes = (kM + kN) * kRowBytes;
+  static constexpr int kReduceBytes = kSplitK > 1 ? kM * kN * 4 : 0;
+  static constexpr int kAlign = 1024;
+  static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kAlign;
+  static_assert(kN == 128 || kN == 256, "four warpgroups of m64n128 blocks");
+  static_assert(kStages >= 3 && kStages <= 5, "wait_async_groups takes at most 3 groups in flight");
+  static_assert(kReduceBytes <= kStages * kStageBytes, "the partial sums fit in the pipeline's area");
+};
+
+// The widest tile chunk_gemm_tile takes: 128 x kChunkGemmMaxCols. Paths whose tiles are narrower (the
+// warp-level and FMA ones, 128 x 128) run a wide tile as two.
+inline constexpr int kChunkGemmMaxCols = 256;
+
+// Dynamic shared memory of chunk_gemm_tile for tiles of up to `cols` columns, bytes: enough for every
+// path (the warpgroup path's: 129 KiB up to 128 columns, 193 KiB up to 256). The same on every platform,
+// because the host's plan (device/kernel_plan.cpp) is compiled without the device's platform macros.
+MK_HD_INLINE constexpr size_t chunk_gemm_smem_bytes(int cols = kChunkGemmMaxCols) {
+  const size_t wgmma = cols > 128 ? ChunkGemmWgmmaShape<256>::kSmemBytes : ChunkGemmWgmmaShape<128>::kSmemBytes;
+  return wgmma > ChunkGemmTile::kSmemBytes ? wgmma : ChunkGemmTile::kSmemBytes;
+}
+static_assert(chunk_gemm_smem_bytes() <= 200 * 1024 && chunk_gemm_smem_bytes(128) <= 130 * 1024, "the tile's shared memory budget");
 
 #if MK_CHUNK_GEMM_DEVICE
 
@@ -82,6 +113,69 @@ __device__ __forceinline__ uint32_t swizzled_chunk(int r, int c) {
   if constexpr (kK == 32) return uint32_t(c ^ ((r >> 1) & 3)) << 4;
   else return uint32_t(c ^ (r & 7)) << 4;
 }
+
+// How a tile's stages are filled from global memory by all kThreads threads with cp.async: thread t fills
+// row t / 4 of A and rows t / 4 + 128 h of B (h < S::kN / 128), chunks t % 4 + 4 j (copy i takes j = (i +
+// row) % kCopies: the two rows of 8 consecutive threads then write opposite halves of the 128-byte bank
+// line, whatever the swizzle), each at its swizzled place. A stage holds S::kM rows of A, then S::kN rows
+// of B, S::kRowBytes each. Rows past m_valid / n_valid are zeroed once in every stage (zero_rows) and
+// never copied.
+template <class S>
+struct TileCopies {
+  static constexpr int kCopies = S::kK / 32;  // 16-byte copies per thread, stage and row: 4 threads a row
+  static constexpr int kHalves = S::kN / S::kM;
+  static_assert(kThreads == 4 * S::kM && S::kN % S::kM == 0, "a row of A and kHalves rows of B for each group of 4 threads");
+  int chunk[kCopies];
+  uint32_t so[kCopies];         // byte offset in the stage's A tile (B's rows: plus whole 128-row blocks)
+  const uint16_t* ga;           // the first copy's chunk of the thread's row (null: past the valid rows)
+  const uint16_t* gb[kHalves];  // the same for each of its B rows
+  int K;
+
+  template <class RowA, class RowB>
+  __device__ __forceinline__ TileCopies(RowA a_row, int m_valid, RowB b_row, int n_valid, int K_) : K(K_) {
+    const int t = int(threadIdx.x), row = t / 4;
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      chunk[i] = t % 4 + 4 * ((i + row) % kCopies);
+      so[i] = uint32_t(row * S::kRowBytes) + swizzled_chunk<S::kK>(row, chunk[i]);
+    }
+    ga = row < m_valid ? a_row(row) + chunk[0] * 8 : nullptr;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) gb[h] = row + S::kM * h < n_valid ? b_row(row + S::kM * h) + chunk[0] * 8 : nullptr;
+  }
+  __device__ static __forceinline__ uint8_t* b_block(uint8_t* stage, int h) { return stage + (S::kM + S::kM * h) * S::kRowBytes; }
+  __device__ __forceinline__ void zero_rows(uint8_t* smem) const {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int s = 0; s < S::kStages; ++s) {
+      uint8_t* stage = smem + s * S::kStageBytes;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        if (!ga) *reinterpret_cast<uint4*>(stage + so[i]) = zero;
+#pragma unroll
+        for (int h = 0; h < kHalves; ++h)
+          if (!gb[h]) *reinterpret_cast<uint4*>(b_block(stage, h) + so[i]) = zero;
+      }
+    }
+  }
+  // The stage at `stage` gets k-tile `kt`; chunks past K (K a multiple of 8, not of kK) get zeros,
+  // written over whatever an earlier tile left there.
+  __device__ __forceinline__ void load(uint8_t* stage, int kt) const {
+    const int k0 = kt * S::kK;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    auto copy = [&](uint8_t* dst, const uint16_t* src, int i) {
+      if (!src) return;
+      if (k0 + chunk[i] * 8 < K) copy_async_16(dst, src + k0 + (chunk[i] - chunk[0]) * 8);
+      else *reinterpret_cast<uint4*>(dst) = zero;
+    };
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      copy(stage + so[i], ga, i);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) copy(b_block(stage, h) + so[i], gb[h], i);
+    }
+  }
+};
 #endif
 
 }  // namespace chunk_gemm_detail
@@ -147,8 +241,6 @@ __device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, Row
                                                     Epilogue epilogue) {
   using chunk_gemm_detail::swizzled_chunk;
   constexpr int kK = S::kK, kRowBytes = S::kRowBytes, kStages = S::kStages, kWK = S::kWarpsK;
-  constexpr int kCopies = kK / 32;  // 16-byte copies per thread, stage and matrix: 4 threads a row
-  static_assert(kThreads == 4 * S::kM && S::kM == S::kN, "a row of A and of B for each group of 4 threads");
   constexpr int kWarps = kThreads / 32, kGroupWarps = kWarps / kWK;
   constexpr int kWarpsN = 4, kWarpsM = kGroupWarps / kWarpsN;
   constexpr int kTM = S::kM / kWarpsM, kTN = S::kN / kWarpsN;  // a warp's piece of C
@@ -161,51 +253,9 @@ __device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, Row
   const int group = warp / kGroupWarps, wi = warp % kGroupWarps;
   const int wm = wi / kWarpsN, wn = wi % kWarpsN;
 
-  // Copies: thread t fills row t / 4 of A and of B, chunks t % 4 + 4 j (copy i takes j = (i + row) %
-  // kCopies: the two rows of 8 consecutive threads then write opposite halves of the 128-byte bank line,
-  // whatever the swizzle). One pointer per matrix: its first copy's chunk; `step` (elements) moves to
-  // the next copy's. Rows past m_valid / n_valid are zeroed once in every stage and never copied.
-  const int row = t / 4;
-  int chunk[kCopies];
-  uint32_t so[kCopies];  // byte offset in the stage's A (or B) tile
-#pragma unroll
-  for (int i = 0; i < kCopies; ++i) {
-    chunk[i] = t % 4 + 4 * ((i + row) % kCopies);
-    so[i] = uint32_t(row * kRowBytes) + swizzled_chunk<kK>(row, chunk[i]);
-  }
-  const uint16_t* ga = row < m_valid ? a_row(row) + chunk[0] * 8 : nullptr;
-  const uint16_t* gb = row < n_valid ? b_row(row) + chunk[0] * 8 : nullptr;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int s = 0; s < kStages; ++s) {
-    uint8_t* sa = smem + s * S::kStageBytes;
-    uint8_t* sb = sa + S::kM * kRowBytes;
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      if (!ga) *reinterpret_cast<uint4*>(sa + so[i]) = zero;
-      if (!gb) *reinterpret_cast<uint4*>(sb + so[i]) = zero;
-    }
-  }
-  // Stage `s` gets k-tile `kt`; chunks past K (K a multiple of 8, not of kK) get zeros, written over
-  // whatever an earlier tile left there.
-  auto load = [&](int s, int kt) {
-    uint8_t* sa = smem + s * S::kStageBytes;
-    uint8_t* sb = sa + S::kM * kRowBytes;
-    const int k0 = kt * kK;
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      const int dk = k0 + (chunk[i] - chunk[0]) * 8;
-      const bool in_k = k0 + chunk[i] * 8 < K;
-      if (ga) {
-        if (in_k) copy_async_16(sa + so[i], ga + dk);
-        else *reinterpret_cast<uint4*>(sa + so[i]) = zero;
-      }
-      if (gb) {
-        if (in_k) copy_async_16(sb + so[i], gb + dk);
-        else *reinterpret_cast<uint4*>(sb + so[i]) = zero;
-      }
-    }
-  };
+  chunk_gemm_detail::TileCopies<S> copies(a_row, m_valid, b_row, n_valid, K);
+  copies.zero_rows(smem);
+  auto load = [&](int s, int kt) { copies.load(smem + s * S::kStageBytes, kt); };
 
   // ldmatrix addresses. A (m16 x k16, matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)):
   // lane l gives row l % 8 + 8 (l / 8 % 2) at k-chunk l / 16. B (two n8 tiles: (n 0-7, k 0-7), (0-7,
@@ -321,23 +371,141 @@ __device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, Row
 }
 #endif
 
-// The tile C = A * B^T (128 x 128, fp32 accumulation; kF16: inputs are IEEE f16, else bf16).
-// a_row(m) (m < m_valid) / b_row(n) (n < n_valid): const uint16_t* to row m of A / row n of B, K elements,
-// 16-byte aligned; rows past m_valid / n_valid count as zero. K: a positive multiple of 8 (the callers'
-// multiples of 32 included). n_valid: even. epilogue(m, n, v0, v1) runs once for every m < m_valid and
-// even n < n_valid with v0 = C[m][n], v1 = C[m][n + 1], on the thread holding them; it must not touch
-// `smem`. smem: chunk_gemm_smem_bytes() of dynamic shared memory, 16-byte aligned (128 for conflict-free
-// access), used by no one else from a barrier before the call; on return every thread is done with it.
-// All kThreads threads call it (it has barriers). A's rows may have been written by other workgroups of
-// the launch (after the caller's acquire): the copies read through L2 (cp.async.cg; load_fresh on the FMA
-// path). The same inputs give the same bits (fixed summation order, no atomics).
-template <bool kF16, class RowA, class RowB, class Epilogue>
-__device__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
-#if MK_WARP_MMA
-  chunk_gemm_tile_mma<ChunkGemmTile, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
-#else
-  chunk_gemm_tile_fma<kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#if MK_WGMMA
+// The warpgroup path (ChunkGemmWgmmaShape<kN>). All threads copy (TileCopies, as the warp path); k-tile
+// kt + 2 is copied while the products of tiles kt and kt - 1 run. Each k-tile: the copies of tile kt have
+// landed and are made visible to the products' proxy, one barrier publishes them (and says that every
+// warpgroup's products of tile kt - 2 are done, so its stage, (kt + 2) % 4, may be refilled), then each
+// warpgroup issues its steps of tile kt and waits until only those are running.
+template <class S, bool kF16, class RowA, class RowB, class Epilogue>
+__device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem_in,
+                                                      Epilogue epilogue) {
+  constexpr int kSplitK = S::kSplitK, kSteps = 4 / kSplitK;  // a warpgroup's 16-deep steps of a k-tile
+  constexpr int kAhead = S::kAhead;
+  static_assert(kThreads == 512, "four warpgroups");
+  const int t = int(threadIdx.x), group = t / 128, half = group % 2, second = group / 2;
+  const int part = kSplitK > 1 ? second : 0;      // which of the k-tile's steps (128 x 128)
+  const int col0 = kSplitK > 1 ? 0 : 128 * second;  // the warpgroup's first column (128 x 256)
+  uint8_t* smem = smem_in + ((S::kAlign - (shared_address(smem_in) & (S::kAlign - 1))) & (S::kAlign - 1));
+  const uint32_t base = shared_address(smem);
+
+  chunk_gemm_detail::TileCopies<S> copies(a_row, m_valid, b_row, n_valid, K);
+  copies.zero_rows(smem);
+  const int tiles = (K + S::kK - 1) / S::kK;
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < tiles) copies.load(smem + s * S::kStageBytes, s);
+    commit_async_group();
+  }
+  // Tile 0's first product overwrites the accumulators (no zeros written before: a register write
+  // where a product may still run makes ptxas serialise the products).
+  float acc[64];
+  auto tile = [&](int kt, int accumulate) {
+    wait_async_groups(kAhead - 1);  // this thread's copies of tile kt (later tiles' may be in flight)
+    fence_proxy_async_shared();
+    __syncthreads();
+    if (kt + kAhead < tiles) copies.load(smem + ((kt + kAhead) % S::kStages) * S::kStageBytes, kt + kAhead);
+    commit_async_group();
+    const uint32_t stage = base + uint32_t((kt % S::kStages) * S::kStageBytes);
+    const uint32_t a = stage + uint32_t(half * 64 * S::kRowBytes), b = stage + uint32_t((S::kM + col0) * S::kRowBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      const uint32_t step = uint32_t((kSplitK * j + part) * 32);  // 16 elements of 2 bytes
+      wgmma_m64n128k16<kF16>(acc, wgmma_desc_sw128(a + step), wgmma_desc_sw128(b + step), j == 0 ? accumulate : 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // no fence of the accumulators here: the product still running owns them
+  };
+  tile(0, 0);
+  for (int kt = 1; kt < tiles; ++kt) tile(kt, 1);
+  wgmma_wait<0>();
+  wgmma_fence_operands(acc);
+  wait_async_groups(0);  // only empty groups remain; the area is reused below
+  __syncthreads();
+
+  // The tile goes to shared memory (the pipeline's area), fp32, rows of kN + 4 floats (the pad spreads
+  // the fragment stores' rows over the banks); 128 x 128: the second pair stores, the first adds its sums
+  // to them. Then every thread runs the epilogue on consecutive column pairs of a row, the accumulators
+  // dead by then (the kernel runs this body inline, so the two phases must not hold registers at once).
+  constexpr int kN = S::kN, kStride = kN + 4;
+  static_assert(S::kM * kStride * 4 <= S::kStages * S::kStageBytes, "the fp32 tile fits in the pipeline's area");
+  float* tile_out = reinterpret_cast<float*>(smem);
+  const int lane = t % 32, warp = t % 128 / 32;
+  const int m0 = half * 64 + warp * 16 + lane / 4;
+  auto put = [&](bool add) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int n = col0 + 8 * j + 2 * (lane % 4);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float2* at = reinterpret_cast<float2*>(tile_out + (m0 + 8 * r) * kStride + n);
+        float2 v = make_float2(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+        if (add) {
+          const float2 o = *at;
+          v.x += o.x, v.y += o.y;
+        }
+        *at = v;
+      }
+    }
+  };
+  if constexpr (kSplitK > 1) {
+    if (second == 1) put(false);
+    __syncthreads();
+    if (second == 0) put(true);
+  } else {
+    put(false);
+  }
+  __syncthreads();
+  const int pairs = n_valid / 2;
+  for (int idx = t; idx < S::kM * (kN / 2); idx += kThreads) {
+    const int m = idx / (kN / 2), n = 2 * (idx % (kN / 2));
+    if (m < m_valid && n / 2 < pairs) {
+      const float2 v = *reinterpret_cast<const float2*>(tile_out + m * kStride + n);
+      epilogue(m, n, v.x, v.y);
+    }
+  }
+  __syncthreads();  // every thread is done with the tile in shared memory
+}
 #endif
+
+// The tile C = A * B^T (128 rows x up to kChunkGemmMaxCols columns, fp32 accumulation; kF16: inputs are
+// IEEE f16, else bf16). a_row(m) (m < m_valid <= 128) / b_row(n) (n < n_valid <= kChunkGemmMaxCols):
+// const uint16_t* to row m of A / row n of B, K elements, 16-byte aligned; rows past m_valid / n_valid
+// count as zero. K: a positive multiple of 8 (the callers' multiples of 32 included). n_valid: even.
+// epilogue(m, n, v0, v1) runs once for every m < m_valid and even n < n_valid with v0 = C[m][n], v1 =
+// C[m][n + 1], on the thread holding them; it must not touch `smem`. smem: chunk_gemm_smem_bytes() of
+// dynamic shared memory, 16-byte aligned (the warpgroup path aligns it to 1024 bytes itself), used by no
+// one else from a barrier before the call; on return every thread is done with it. All kThreads threads
+// call it (it has barriers). A's rows may have been written by other workgroups of the launch (after the
+// caller's acquire): the copies read through L2 (cp.async.cg; load_fresh on the FMA path). The same
+// inputs give the same bits (fixed summation order, no atomics).
+template <bool kF16, class RowA, class RowB, class Epilogue>
+__device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue);
+
+template <bool kF16, class RowA, class RowB, class Epilogue>
+__device__ __forceinline__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+#if MK_WGMMA
+  if (n_valid > 128) chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<256>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+  else chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#else
+  chunk_gemm_tile_narrow<kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#endif
+}
+
+// chunk_gemm_tile on the 128 x 128 tiles of the warp-level path (the FMA path where that is absent), one
+// after another across the columns.
+template <bool kF16, class RowA, class RowB, class Epilogue>
+__device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+  for (int n0 = 0; n0 < n_valid; n0 += 128) {
+    auto b = [&](int n) { return b_row(n0 + n); };
+    auto epi = [&](int m, int n, float v0, float v1) { epilogue(m, n0 + n, v0, v1); };
+    const int nv = n_valid - n0 < 128 ? n_valid - n0 : 128;
+#if MK_WARP_MMA
+    chunk_gemm_tile_mma<ChunkGemmTile, kF16>(a_row, m_valid, b, nv, K, smem, epi);
+#else
+    chunk_gemm_tile_fma<kF16>(a_row, m_valid, b, nv, K, smem, epi);
+#endif
+  }
 }
 
 #endif  // MK_CHUNK_GEMM_DEVICE

@@ -1,6 +1,8 @@
 // The chunk steps' kernel (prefill; runtime/schedule.h's ChunkSchedule): a persistent kernel like the
 // token steps' (device/monokernel.cu), interpreting each workgroup's chunk-step list once per chunk, its
 // ops in device/ops/chunk_*.h.
+#include <type_traits>
+
 #include "device/chunk_machine.h"
 #include "device/counter_wait.h"
 #include "device/device_atomics.h"
@@ -13,11 +15,17 @@
 namespace mk::dev {
 namespace {
 
-// One chunk op's body, not inlined: each op gets the registers to itself (the tensor-core tiles use all
-// 128 a thread has at 512 threads), with nothing of the chunk loop live across it.
+// One chunk op's body, not inlined: each op gets the registers to itself, with nothing of the chunk loop
+// live across it. The matrix ops (ChunkMatrixOp) are inlined instead: ptxas serialises the warpgroup
+// products of a called function.
 template <class OpT, MatrixFormat F>
-__device__ __noinline__ void run_chunk_op(ChunkMachine<F> m, Instr in) {
+__device__ __noinline__ void run_chunk_op_call(ChunkMachine<F> m, Instr in) {
   OpT::run(m, in);
+}
+template <class OpT, MatrixFormat F>
+__device__ __forceinline__ void run_chunk_op(ChunkMachine<F> m, const Instr& in) {
+  if constexpr (std::is_base_of_v<ChunkMatrixOp, OpT>) OpT::run(m, in);
+  else run_chunk_op_call<OpT, F>(m, in);
 }
 
 // Chunk-step instruction `in` (device/ops/chunk_*.h), all threads.

@@ -157,6 +157,7 @@ class MonokernelBackend final : public GpuBackend {
     ScheduleParams sp{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
                       plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)};
     sp.attention_combine = opt.attention_combine;
+    sp.chunk_wide_tiles = opt.chunk_wide_tiles;
     if (opt.narrow_workgroups > 0) sp.narrow_workgroups = opt.narrow_workgroups, sp.narrow_ops = opt.narrow_ops;
     schedule_ = build_schedule(cfg_, sp);
     const bool grouped = schedule_.sync_domains > 1;

@@ -29,6 +29,7 @@ struct GpuOptions {
   // Prompt tokens per chunk step (prefill; device/kernel_plan.h's plan_chunk_steps): -1 the default for
   // the context, 0 none (prompts go one token per step).
   int chunk_tokens = -1;
+  bool chunk_wide_tiles = true;  // ScheduleParams::chunk_wide_tiles
   // Per-domain counters (ScheduleParams::sync_domains; 1: all flat). unit_domain: hardware unit id (NVIDIA
   // %smid, AMD amd_hw_id) -> domain in [0, sync_domains), -1 for none, e.g. topology/sync_grouping.h's
   // hw_id_group_table of the probed map; empty: workgroup w takes domain w % sync_domains.

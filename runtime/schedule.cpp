@@ -252,7 +252,7 @@ bool claims_rows(const ClaimedRows& cr, const Builder& b, Op op, uint32_t rows, 
 // previous one (the first for the previous chunk's last stage): a chunk's stages are few and wide, so a
 // barrier between them costs little against their work, and every buffer a stage overwrites was last
 // read by a stage that the barriers order before it.
-ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, int W, int C) {
+ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, int W, int C, bool wide_tiles) {
   ChunkSchedule cs;
   cs.tokens = C;
   cs.attention_tokens = chunk_attention_tokens(c.group_size());
@@ -272,14 +272,18 @@ ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, in
           v.push_back(in);
         }
         break;
-      case Spread::ChunkTiles:
+      case Spread::ChunkTiles: {
+        const uint32_t narrow = (st.rows + st.tile_cols - 1) / st.tile_cols;
+        const uint32_t wide_cols = st.tile_cols * kChunkWideFactor, wide = (st.rows + wide_cols - 1) / wide_cols;
+        const uint32_t cols = wide_tiles && chunk_tiles_wide(token_tiles * narrow, token_tiles * wide, W) ? wide_cols : st.tile_cols;
         for (uint32_t m = 0; m < token_tiles; ++m)
-          for (uint32_t n = 0; n < st.rows; n += st.tile_cols) {
-            Instr in = make(st.op, l, n, std::min(st.rows, n + st.tile_cols), 0);
+          for (uint32_t n = 0; n < st.rows; n += cols) {
+            Instr in = make(st.op, l, n, std::min(st.rows, n + cols), 0);
             in.slot = uint16_t(m);
             v.push_back(in);
           }
         break;
+      }
       case Spread::ChunkGroupTiles:
         for (uint32_t m = 0; m < attention_tiles; ++m)
           for (uint32_t g = 0; g < st.rows; ++g) {
@@ -569,7 +573,7 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   if (p.chunk_tokens < 0 || p.chunk_tokens > 65535 * kChunkMatrixTokens)
     fail("schedule: chunk steps of {} tokens (must be between 0 and {})", p.chunk_tokens, 65535 * kChunkMatrixTokens);
   if (p.chunk_tokens > 0) {
-    s.chunk = build_chunk_schedule(r, c, W, p.chunk_tokens);
+    s.chunk = build_chunk_schedule(r, c, W, p.chunk_tokens, p.chunk_wide_tiles);
     s.chunk.first_line = s.step_counter_lines();
   }
   return s;

@@ -101,6 +101,9 @@ struct ScheduleParams {
   // Prompt tokens a chunk step runs through the layers at once (prefill); 0: no chunk steps, prompts go
   // through token steps one token at a time.
   int chunk_tokens = 0;
+  // Whether chunk stages may take wide tiles (chunk_tiles_wide decides where); false: 128 columns
+  // throughout, and the chunk kernel's shared memory sized for those (more L1 for its other ops).
+  bool chunk_wide_tiles = true;
   // The row stages of the ops in `narrow_ops` (a bit per Op, op_bit: QKV, OProj, GateUp, Down) are cut
   // into this many blocks instead of one per workgroup (0: one per workgroup): fewer, fuller workgroups in
   // a latency-bound stage, the others going on to their next instruction.
@@ -186,8 +189,17 @@ int plan_chunk_steps(const ModelConfig& c, MatrixFormat layers, int requested, i
 inline constexpr uint16_t kAttentionNorm = 0, kMlpNorm = 1;
 // Tokens of one matrix-op instruction's tile in a chunk step (its M), and output columns (its N; gate_up:
 // kChunkMatrixCols / 2 columns of h, a gate and an up row each). Fixed by the device's tile
-// (device/chunk_gemm.h), which checks them.
-inline constexpr int kChunkMatrixTokens = 128, kChunkMatrixCols = 128;
+// (device/chunk_gemm.h), which checks them. A stage's tiles are twice as wide (kChunkWideFactor) where
+// that takes less time by the device's rate for them: a wide tile costs kChunkWideTileCost narrow ones
+// (H200, tests/gpu/chunk_gemm_check.cu: 548 against 429 TFLOPS a workgroup's worth, 2 x 429 / 548 = 1.57),
+// and a stage lasts as many tiles as its busiest workgroup runs (chunk_tiles_wide decides).
+inline constexpr int kChunkMatrixTokens = 128, kChunkMatrixCols = 128, kChunkWideFactor = 2;
+inline constexpr double kChunkWideTileCost = 1.6;
+// Whether a chunk stage of `tiles` narrow tiles (`wide_tiles` when wide) over `workgroups` runs wide.
+inline bool chunk_tiles_wide(uint32_t tiles, uint32_t wide_tiles, int workgroups) {
+  const uint32_t w = uint32_t(workgroups > 0 ? workgroups : 1);
+  return double((wide_tiles + w - 1) / w) * kChunkWideTileCost < double((tiles + w - 1) / w);
+}
 // Query tokens of one chunk attention instruction: 16 per warp task, as many tasks as 16 warps take for
 // a group of G query heads (device/chunk_attention.h).
 MK_HD_INLINE constexpr int chunk_attention_tokens(int group_size) { return 16 * (group_size >= 16 ? 1 : 16 / group_size); }

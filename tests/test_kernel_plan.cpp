@@ -321,11 +321,17 @@ TEST(KernelPlan, ChunkStepBuffersAndSharedMemory) {
   const size_t floats = size_t(1024) * (2048 + 3072), halves = size_t(1024) * (2048 + 2048 + 8192);
   EXPECT_EQ(need.chunk, floats * 4 + halves * 2 + p.schedule.chunk.instrs.size() * 48 + size_t(133) * 4 + size_t(4096) * 4);
   EXPECT_EQ(need.total(), need.weights + need.kv_cache + need.chunk + need.other);
-  // The tiles of the matrix ops (96 KiB) are the most any chunk op needs here; they fit the block's
-  // shared memory on Hopper.
+  // The tiles of the matrix ops are the most any chunk op needs here: 193 KiB with the wide (256-column)
+  // tiles this shape's qkv and gate_up stages take at 1,024 tokens on 132 workgroups, 129 KiB with narrow
+  // ones only; both fit the block's shared memory on Hopper.
   const size_t smem = dev::chunk_smem_bytes(p.schedule, p.dims);
-  EXPECT_GE(smem, size_t(96) * 1024);
+  EXPECT_EQ(smem, size_t(197632));
   EXPECT_LE(smem + kStaticSmem, kHopperMaxSmem);
+  ScheduleParams narrow{132, 0, false, 1, 0, 1024};
+  narrow.chunk_wide_tiles = false;
+  p.schedule = build_schedule(p.cfg, narrow);
+  for (const Instr& in : p.schedule.chunk.instrs) ASSERT_LE(in.end - in.begin, uint32_t(kChunkMatrixCols));
+  EXPECT_EQ(dev::chunk_smem_bytes(p.schedule, p.dims), size_t(132096));
 }
 
 }  // namespace

@@ -51,6 +51,28 @@ TEST(ChunkSchedule, StagesCoverTheirOutputsOnceAndWaitForTheWholePreviousStage) 
     covered[{in.layer, in.op, which, tile}].emplace_back(in.begin, in.end);
   }
   const uint32_t qkv_cols = uint32_t(c.q_dim() + 2 * c.num_kv_heads * c.head_dim);
+  // A matrix stage's tiles are one width (the last may be narrower), narrow or chunk_tiles_wide's wide.
+  std::map<std::pair<int, Op>, std::set<uint32_t>> widths;
+  for (const auto& [key, ranges] : covered) {
+    const Op op = std::get<1>(key);
+    if (op != Op::ChunkQKV && op != Op::ChunkOProj && op != Op::ChunkGateUp && op != Op::ChunkDown) continue;
+    uint32_t width = 0, last_end = 0;
+    for (auto [b, e] : ranges) width = std::max(width, e - b), last_end = std::max(last_end, e);
+    widths[{std::get<0>(key), op}].insert(width);
+    for (auto [b, e] : ranges) {
+      if (e - b != width) {
+        EXPECT_EQ(e, last_end) << op_name(op) << ": a narrower tile that is not the last";
+      }
+    }
+  }
+  for (const auto& [key, set] : widths) {
+    const Op op = key.second;
+    const uint32_t narrow = op == Op::ChunkGateUp ? kChunkMatrixCols / 2 : kChunkMatrixCols;
+    const uint32_t rows = op == Op::ChunkQKV ? qkv_cols : op == Op::ChunkGateUp ? uint32_t(c.intermediate_size) : uint32_t(c.hidden_size);
+    ASSERT_EQ(set.size(), 1u) << op_name(op);
+    const uint32_t w = *set.begin();
+    EXPECT_TRUE(w == std::min(narrow, rows) || w == std::min(narrow * kChunkWideFactor, rows)) << op_name(op) << " " << w;
+  }
   auto expect_cover = [&](int layer, Op op, int which, int tile, uint32_t total) {
     auto v = covered[{layer, op, which, tile}];
     std::sort(v.begin(), v.end());
@@ -88,6 +110,36 @@ TEST(ChunkSchedule, StagesCoverTheirOutputsOnceAndWaitForTheWholePreviousStage) 
   }
   EXPECT_EQ(cs.final_per_step, uint32_t(producers[cs.final_counter]));
   EXPECT_THAT(cs.counter_names[cs.final_counter], HasSubstr("down"));
+}
+
+// Wide tiles where a stage takes fewer narrow tiles' time with them: its busiest workgroup's tiles, a
+// wide one costing kChunkWideTileCost narrow ones (Llama-3.1-8B's stages at chunks of 1,024 over 132
+// workgroups, then 1B's).
+TEST(ChunkSchedule, WideTilesWhereTheStageTakesLessTime) {
+  EXPECT_FALSE(chunk_tiles_wide(384, 192, 132));   // 8B qkv: 3 narrow rounds against 2 wide (3.2)
+  EXPECT_TRUE(chunk_tiles_wide(256, 128, 132));    // o_proj, down: 2 against 1 (1.6)
+  EXPECT_TRUE(chunk_tiles_wide(1792, 896, 132));   // gate_up: 14 against 7 (11.2)
+  EXPECT_FALSE(chunk_tiles_wide(128, 64, 132));    // 1B o_proj: 1 against 1
+  EXPECT_TRUE(chunk_tiles_wide(192, 96, 132));     // 1B qkv: 2 against 1
+  EXPECT_FALSE(chunk_tiles_wide(3, 2, 0));         // no workgroups counts as one: 3 against 2 (3.2)
+
+  // In the schedule: 300 tokens (3 token tiles) over 4 workgroups of the tiny model's gate_up.
+  TinyModelSpec spec;
+  auto model = load_tiny_model(spec, "chunk-wide");
+  const ModelConfig& c = model->config;
+  for (int W : {4, 1000}) {
+    const Schedule s = build_schedule(c, ScheduleParams{W, 0, false, 1, 0, 300});
+    const uint32_t rows = uint32_t(c.intermediate_size), narrow = kChunkMatrixCols / 2, wide = narrow * kChunkWideFactor;
+    const uint32_t narrow_tiles = 3 * ((rows + narrow - 1) / narrow), wide_tiles = 3 * ((rows + wide - 1) / wide);
+    const bool expect_wide = chunk_tiles_wide(narrow_tiles, wide_tiles, W);
+    size_t gate_up = 0;
+    for (const Instr& in : s.chunk.instrs)
+      if (in.op == Op::ChunkGateUp && in.layer == 0) {
+        ++gate_up;
+        EXPECT_LE(in.end - in.begin, expect_wide ? wide : narrow);
+      }
+    EXPECT_EQ(gate_up, expect_wide ? wide_tiles : narrow_tiles) << "W = " << W;
+  }
 }
 
 TEST(ChunkSchedule, PlanningChecksTheModelAndTheSize) {

@@ -6,8 +6,8 @@
 
 namespace mk::dev {
 
-struct ChunkDownOp : OpDefaults {
-  static size_t smem_floats(const ModelDims&, const Instr&) { return chunk_matrix_smem_floats(); }
+struct ChunkDownOp : ChunkMatrixOp {
+  static size_t smem_floats(const ModelDims&, const Instr& in) { return chunk_matrix_smem_floats(in.end - in.begin); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {

@@ -8,8 +8,8 @@
 
 namespace mk::dev {
 
-struct ChunkGateUpOp : OpDefaults {
-  static size_t smem_floats(const ModelDims&, const Instr&) { return chunk_matrix_smem_floats(); }
+struct ChunkGateUpOp : ChunkMatrixOp {
+  static size_t smem_floats(const ModelDims&, const Instr& in) { return chunk_matrix_smem_floats(2 * (in.end - in.begin)); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {

@@ -11,16 +11,22 @@
 
 namespace mk::dev {
 
-static_assert(ChunkGemmTile::kM == kChunkMatrixTokens && ChunkGemmTile::kN == kChunkMatrixCols,
+static_assert(ChunkGemmTile::kM == kChunkMatrixTokens && ChunkGemmTile::kN == kChunkMatrixCols &&
+                  kChunkMatrixCols * kChunkWideFactor <= kChunkGemmMaxCols,
               "the schedule's chunk tiles (runtime/schedule.h) are the device tile's");
 
-inline size_t chunk_matrix_smem_floats() { return (chunk_gemm_smem_bytes() + 3) / 4; }
+// Floats of shared memory a matrix instruction's tile of `cols` weight rows needs.
+inline size_t chunk_matrix_smem_floats(uint32_t cols) { return (chunk_gemm_smem_bytes(int(cols)) + 3) / 4; }
+
+// The base of the matrix ops. The chunk kernel inlines their bodies into its loop: the warpgroup products
+// are asynchronous, and ptxas serialises every one of them in a function that the kernel calls.
+struct ChunkMatrixOp : OpDefaults {};
 
 #if MK_DEVICE_CODE
 // The instruction's tile: its tokens' rows of `act` (row stride `act_cols`, K columns used) times the
 // weight rows `weight_row(n)`, n < n_valid; epilogue(token, n, v0, v1) for columns n, n + 1 (n even).
 template <class MachineT, class WeightRow, class Epilogue>
-__device__ void chunk_matrix_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, WeightRow weight_row,
+__device__ __forceinline__ void chunk_matrix_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, WeightRow weight_row,
                                   int n_valid, Epilogue epilogue) {
   const int first = m.tile_first(in), count = m.tile_count(in);
   if (count <= 0) return;  // the last chunk is shorter: this tile has no tokens
@@ -32,7 +38,7 @@ __device__ void chunk_matrix_tile(MachineT& m, const Instr& in, const uint16_t* 
 // The residual ops' tile (o_proj, down): residual columns [begin, end) of the tile's tokens += their rows
 // of `act` (K columns used) times the rows [begin, end) of the 16-bit matrix at `weights`.
 template <class MachineT>
-__device__ void chunk_residual_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, uint64_t weights) {
+__device__ __forceinline__ void chunk_residual_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, uint64_t weights) {
   const int H = m.p.dims.hidden;
   float* x = m.p.chunk_x + in.begin;
   chunk_matrix_tile(

@@ -22,16 +22,50 @@
 
 using namespace mk::dev;
 
-// Which tile code a launch runs: the public entry point, the FMA path, or a shape of the tensor-core path.
+// Which tile code a launch runs: the public entry point (the warpgroup path on sm_90a), the FMA path, or
+// a shape of the warp-level tensor-core path.
 struct Public {};
 struct Fma {};
+// The public entry point and the narrow path on tiles of 128 x kChunkGemmMaxCols.
+struct PublicWide {};
+struct NarrowWide {};
+// Warpgroup-path shapes of other stage counts.
+template <class S>
+struct Wgmma {};
+template <class T>
+constexpr bool is_wgmma = false;
+template <class S>
+constexpr bool is_wgmma<Wgmma<S>> = true;
+
+template <class S>
+__host__ __device__ constexpr int wgmma_cols(Wgmma<S>) {
+  return S::kN;
+}
+// Columns of C one workgroup takes.
+template <class Variant>
+__host__ __device__ constexpr int tile_cols() {
+  if constexpr (is_wgmma<Variant>) return wgmma_cols(Variant{});
+  return std::is_same_v<Variant, PublicWide> || std::is_same_v<Variant, NarrowWide> ? kChunkGemmMaxCols : 128;
+}
+
+template <bool kF16, class S, class... Args>
+__device__ void run_wgmma(Wgmma<S>, Args... args) {
+#if MK_WGMMA
+  chunk_gemm_tile_wgmma<S, kF16>(args...);
+#endif
+}
+template <class S>
+constexpr size_t wgmma_smem(Wgmma<S>) {
+  return S::kSmemBytes;
+}
 
 template <class Variant, bool kF16, bool kCount>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const uint16_t* A, const uint16_t* B, float* C, int M, int N, int K, unsigned* count) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int m0 = int(blockIdx.x) * 128, n0 = int(blockIdx.y) * 128;
-  const int mv = min(128, M - m0), nv = min(128, N - n0);
+  constexpr int kTileN = tile_cols<Variant>();
+  const int m0 = int(blockIdx.x) * 128, n0 = int(blockIdx.y) * kTileN;
+  const int mv = min(128, M - m0), nv = min(kTileN, N - n0);
   auto a_row = [=](int m) { return A + size_t(m0 + m) * K; };
   auto b_row = [=](int n) { return B + size_t(n0 + n) * K; };
   auto epi = [=](int m, int n, float v0, float v1) {
@@ -42,8 +76,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     *reinterpret_cast<float2*>(C + size_t(m0 + m) * N + n0 + n) = make_float2(v0, v1);
     if (kCount) atomicAdd(count + size_t(m0 + m) * N + n0 + n, 1u);
   };
-  if constexpr (std::is_same_v<Variant, Public>)
+  if constexpr (std::is_same_v<Variant, Public> || std::is_same_v<Variant, PublicWide>)
     chunk_gemm_tile<kF16>(a_row, mv, b_row, nv, K, smem, epi);
+  else if constexpr (is_wgmma<Variant>)
+    run_wgmma<kF16>(Variant{}, a_row, mv, b_row, nv, K, smem, epi);
+  else if constexpr (std::is_same_v<Variant, NarrowWide>)
+    chunk_gemm_tile_narrow<kF16>(a_row, mv, b_row, nv, K, smem, epi);
   else if constexpr (std::is_same_v<Variant, Fma>)
     chunk_gemm_tile_fma<kF16>(a_row, mv, b_row, nv, K, smem, epi);
   else
@@ -52,8 +90,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <class Variant>
 constexpr size_t variant_smem() {
-  if constexpr (std::is_same_v<Variant, Public> || std::is_same_v<Variant, Fma>)
+  if constexpr (std::is_same_v<Variant, Public> || std::is_same_v<Variant, Fma> || std::is_same_v<Variant, PublicWide> ||
+                std::is_same_v<Variant, NarrowWide>)
     return chunk_gemm_smem_bytes();
+  else if constexpr (is_wgmma<Variant>)
+    return wgmma_smem(Variant{});
   else
     return Variant::kSmemBytes;
 }
@@ -127,11 +168,11 @@ static void free_problem(Problem& p) {
   CHECK(cudaFree(p.db));
 }
 
-static dim3 grid_of(int M, int N) { return dim3((M + 127) / 128, (N + 127) / 128); }
+static dim3 grid_of(int M, int N, int tile_n) { return dim3((M + 127) / 128, (N + tile_n - 1) / tile_n); }
 
 template <class Variant, bool kF16, bool kCount>
 static void launch(const Problem& p, float* dc, unsigned* count, cudaStream_t s = 0) {
-  gemm_kernel<Variant, kF16, kCount><<<grid_of(p.M, p.N), kThreads, variant_smem<Variant>(), s>>>(p.da, p.db, dc, p.M, p.N, p.K, count);
+  gemm_kernel<Variant, kF16, kCount><<<grid_of(p.M, p.N, tile_cols<Variant>()), kThreads, variant_smem<Variant>(), s>>>(p.da, p.db, dc, p.M, p.N, p.K, count);
 }
 
 template <class Variant, bool kF16>
@@ -210,31 +251,44 @@ static double time_variant(const Problem& p, float* dc, const char* name) {
   return tflops;
 }
 
-// Tensor-core shapes besides the default, for comparison.
+// Warp-level tensor-core shapes (K64S3W1 was the entry point's before the warpgroup path), for comparison.
 using ShapeK64S3W1 = ChunkGemmShape<64, 3, 1>;
 using ShapeK64S2W2 = ChunkGemmShape<64, 2, 2>;
 using ShapeK32S4W1 = ChunkGemmShape<32, 4, 1>;
 using ShapeK32S3W1 = ChunkGemmShape<32, 3, 1>;
+using Wgmma128S3 = Wgmma<ChunkGemmWgmmaShape<128, 3>>;
+using Wgmma128S5 = Wgmma<ChunkGemmWgmmaShape<128, 5>>;
+using Wgmma256S3 = Wgmma<ChunkGemmWgmmaShape<256, 3>>;
 
 template <bool kF16>
 static void prepare_all() {
   prepare<Public, kF16>();
+  prepare<PublicWide, kF16>();
+  prepare<NarrowWide, kF16>();
   prepare<Fma, kF16>();
   prepare<ShapeK64S3W1, kF16>();
   prepare<ShapeK64S2W2, kF16>();
   prepare<ShapeK32S4W1, kF16>();
   prepare<ShapeK32S3W1, kF16>();
+  prepare<Wgmma128S3, kF16>();
+  prepare<Wgmma128S5, kF16>();
+  prepare<Wgmma256S3, kF16>();
 }
 
 template <bool kF16>
 static void check_all(const Problem& p, bool variants) {
   check<Public, kF16>(p, "chunk_gemm_tile");
+  check<PublicWide, kF16>(p, "chunk_gemm_tile wide");
+  check<NarrowWide, kF16>(p, "narrow path wide");
   check<Fma, kF16>(p, "fma path");
   if (!variants) return;
   check<ShapeK64S3W1, kF16>(p, "mma k64 x3 warpsK1");
   check<ShapeK64S2W2, kF16>(p, "mma k64 x2 warpsK2");
   check<ShapeK32S4W1, kF16>(p, "mma k32 x4 warpsK1");
   check<ShapeK32S3W1, kF16>(p, "mma k32 x3 warpsK1");
+  check<Wgmma128S3, kF16>(p, "wgmma 128 x3");
+  check<Wgmma128S5, kF16>(p, "wgmma 128 x5");
+  check<Wgmma256S3, kF16>(p, "wgmma 256 x3");
 }
 
 int main() {
@@ -262,14 +316,21 @@ int main() {
   Problem big{1024, 14336, 4096, false};
   make_problem(big, 99, 8);
   check<Public, false>(big, "chunk_gemm_tile (big)");
+  check<PublicWide, false>(big, "chunk_gemm_tile wide (big)");
   float* dc;
   CHECK(cudaMalloc(&dc, size_t(big.M) * big.N * 4));
-  time_variant<Public>(big, dc, "chunk_gemm_tile");
+  time_variant<Public>(big, dc, "chunk_gemm_tile (wgmma)");
+  time_variant<PublicWide>(big, dc, "chunk_gemm_tile wide");
+  time_variant<NarrowWide>(big, dc, "narrow path wide");
+  time_variant<Wgmma128S3>(big, dc, "wgmma 128 x3");
+  time_variant<Wgmma128S5>(big, dc, "wgmma 128 x5");
+  time_variant<Wgmma256S3>(big, dc, "wgmma 256 x3");
   time_variant<ShapeK64S3W1>(big, dc, "mma k64 x3 warpsK1");
   time_variant<ShapeK64S2W2>(big, dc, "mma k64 x2 warpsK2");
   time_variant<ShapeK32S4W1>(big, dc, "mma k32 x4 warpsK1");
   time_variant<ShapeK32S3W1>(big, dc, "mma k32 x3 warpsK1");
   time_variant<Public>(big, dc, "chunk_gemm_tile (again)");
+  time_variant<PublicWide>(big, dc, "chunk_gemm_tile wide (again)");
   time_variant<Fma>(big, dc, "fma path");
   CHECK(cudaFree(dc));
   free_problem(big);

@@ -397,22 +397,32 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
     const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}", arch_name(sh.arch), sh.head_dim, sh.heads,
                                           sh.kv_heads, dtype_name(sh.dtype));
     struct Run {
-      int prompt, chunk;
+      int prompt, chunk, workgroups = 0;
     };
-    for (const Run r : {Run{7, 64}, Run{64, 64}, Run{511, 100}, Run{511, 1024}, Run{4096, 1000}}) {
+    // On 4 workgroups the wider shapes' qkv and gate_up stages have enough tiles for wide (256-column) ones.
+    for (const Run r : {Run{7, 64}, Run{64, 64}, Run{511, 100}, Run{511, 1024}, Run{511, 1024, 4}, Run{4096, 1000}}) {
       if (sh.head_dim != 64 && r.prompt == 4096) continue;  // the longest prompt on one shape keeps the test short
       const int context = r.prompt + 40;
       GpuOptions gopt;
       gopt.context = context;
       gopt.chunk_tokens = r.chunk;
+      gopt.workgroups = r.workgroups;
       auto gpu = create_gpu_backend(*model, gopt);
       ASSERT_EQ(gpu->schedule().chunk.tokens, std::min(r.chunk, context));
+      if (r.workgroups == 4 && sh.hidden >= 256) {
+        bool wide = false;
+        for (const Instr& in : gpu->schedule().chunk.instrs)
+          wide |= in.op == Op::ChunkGateUp && int(in.end - in.begin) > kChunkMatrixCols / 2;
+        ASSERT_TRUE(wide) << "no wide gate_up tile to check";
+      }
       std::vector<int32_t> prompt;
       for (int i = 0; i < r.prompt; ++i) prompt.push_back(int32_t((i * 53 + 5) % (spec.vocab - 3) + 3));
-      const std::string what = fmt::format("{}: {}-token prompt in chunks of {}", shape, r.prompt, r.chunk);
+      const std::string what = fmt::format("{}: {}-token prompt in chunks of {}{}", shape, r.prompt, r.chunk,
+                                           r.workgroups ? fmt::format(" on {} workgroups", r.workgroups) : "");
       // 5e-3: the chunk steps round activations to 16 bits, and the two sum in different orders, so a
       // value near a rounding boundary may round the other way (seen: 1.4e-3 at head_dim 128).
       expect_gpu_matches_emulator(*model, *gpu, context, prompt, 16, what, 5e-3);
+      if (r.workgroups) continue;  // token-by-token ingestion on 4 workgroups would take minutes; the default grid's runs have it
       gpu->reset();
       const auto chunked = run(*gpu, prompt, 16);
       EXPECT_EQ(chunked.stats.chunked_tokens, r.prompt - 1) << what;
