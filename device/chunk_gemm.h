@@ -1,21 +1,20 @@
-// One workgroup's 128 x 128 tile of C = A * B^T for prompt prefill, fp32 accumulation: A holds a chunk's
-// activations (M rows of K, row-major), B weight rows (N rows of K, row-major: B^T column-major, mma's
-// `.col` operand). NVIDIA (MK_WARP_MMA): mma.sync m16n8k16 on bf16 or f16, operands staged in shared
-// memory by a cp.async pipeline and read with ldmatrix. Elsewhere: an FMA loop with the same interface
-// and the same result up to summation order.
+// One workgroup's tile of C = A * B^T for prompt prefill, 128 rows by up to 256 columns, fp32
+// accumulation: A holds a chunk's activations (M rows of K, row-major), B weight rows (N rows of K,
+// row-major: B^T column-major). Three paths with one interface (chunk_gemm_tile):
+// - Hopper (MK_WGMMA, sm_90a): warpgroup products, wgmma.mma_async m64n128k16 reading both operands from
+//   shared memory (chunk_gemm_tile_wgmma; 128 x 128 and 128 x 256 tiles): 411 / 471 TFLOPS on an H200 at
+//   M = 1024, K = 4096, N = 14336 (tests/gpu/chunk_gemm_check.cu; docs/performance.md).
+// - Other NVIDIA targets (MK_WARP_MMA): mma.sync m16n8k16 with ldmatrix, 128 x 128 (chunk_gemm_tile_mma;
+//   285 TFLOPS there), a wider tile run as two.
+// - Elsewhere: an FMA loop, the same result up to summation order.
+// Both tensor-core paths stage their operands with one cp.async pipeline (TileCopies): 128-byte rows (kK
+// = 64 16-bit values) whose 16-byte chunks are XOR-swizzled by row, which is both what keeps ldmatrix and
+// the copies free of bank conflicts without padding and the 128-byte swizzle wgmma's descriptors name.
 //
-// Tensor-core layout: the 16 warps form two groups of 8 that split every k-tile's 16-deep steps between
-// them (group g takes steps g, g + 2, ...), each warp of a group owning a 64 x 32 piece of C (2 x 4 warps).
-// A warp tile of 64 x 32 reads 6 ldmatrix per 16 MMAs where 16 warps of 32 x 32 would read 4 per 8: shared
-// memory bandwidth, not the tensor cores, bounds a 128 x 128 tile of mma.sync on Hopper, and this cuts its
-// reads by a quarter. The two groups' partial sums are added once, through shared memory, in fixed order.
-// Shared tiles have 128-byte rows (kK = 64 bf16) whose 16-byte chunks are XOR-swizzled by row, so that the
-// 8 rows an ldmatrix reads and the 8 chunks a row's copies write fall on distinct banks without padding.
-// Three stages fill 96 KiB; the warps' fragments are double-buffered, and the barrier of each k-tile sits
-// before its last MMAs (see the loop): on an H200, 321 TFLOPS at M = 1024, K = 4096, N = 14336 against 283
-// with the barrier first and no double buffering. The default shape takes all 128 registers a thread of
-// a 512-thread workgroup may have, spill-free; ChunkGemmShape<64, 3, 1> (16 warps of 32 x 32) needs 92
-// and gave 285.
+// The warp path's layout (ChunkGemmShape): with kWarpsK = 2 the 16 warps form two groups of 8 that split
+// every k-tile's 16-deep steps (group g takes steps g, g + 2, ...), each warp owning a 64 x 32 piece of C;
+// with 1 (the default, ChunkGemmTile) 16 warps of 32 x 32. The warps' fragments are double-buffered and
+// the barrier of each k-tile sits before its last MMAs (see the loop).
 #pragma once
 
 #include <cstddef>
