@@ -71,12 +71,10 @@ struct ChunkGemmWgmmaShape {
   static constexpr int kSplitK = 256 / kN;  // warpgroups sharing a 64 x 128 block of the tile
   static constexpr int kRowBytes = kK * 2;
   static constexpr int kStageBytes = (kM + kN) * kRowBytes;
-  static constexpr int kReduceBytes = kSplitK > 1 ? kM * kN * 4 : 0;
   static constexpr int kAlign = 1024;
   static constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kAlign;
   static_assert(kN == 128 || kN == 256, "four warpgroups of m64n128 blocks");
   static_assert(kStages >= 3 && kStages <= 5, "wait_async_groups takes at most 3 groups in flight");
-  static_assert(kReduceBytes <= kStages * kStageBytes, "the partial sums fit in the pipeline's area");
 };
 
 // The widest tile chunk_gemm_tile takes: 128 x kChunkGemmMaxCols. Paths whose tiles are narrower (the
@@ -455,10 +453,9 @@ __device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, R
     put(false);
   }
   __syncthreads();
-  const int pairs = n_valid / 2;
-  for (int idx = t; idx < S::kM * (kN / 2); idx += kThreads) {
+  for (int idx = t; idx < m_valid * (kN / 2); idx += kThreads) {
     const int m = idx / (kN / 2), n = 2 * (idx % (kN / 2));
-    if (m < m_valid && n / 2 < pairs) {
+    if (n < n_valid) {  // n_valid is even: n + 1 is valid too
       const float2 v = *reinterpret_cast<const float2*>(tile_out + m * kStride + n);
       epilogue(m, n, v.x, v.y);
     }
@@ -466,30 +463,6 @@ __device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, R
   __syncthreads();  // every thread is done with the tile in shared memory
 }
 #endif
-
-// The tile C = A * B^T (128 rows x up to kChunkGemmMaxCols columns, fp32 accumulation; kF16: inputs are
-// IEEE f16, else bf16). a_row(m) (m < m_valid <= 128) / b_row(n) (n < n_valid <= kChunkGemmMaxCols):
-// const uint16_t* to row m of A / row n of B, K elements, 16-byte aligned; rows past m_valid / n_valid
-// count as zero. K: a positive multiple of 8 (the callers' multiples of 32 included). n_valid: even.
-// epilogue(m, n, v0, v1) runs once for every m < m_valid and even n < n_valid with v0 = C[m][n], v1 =
-// C[m][n + 1], on the thread holding them; it must not touch `smem`. smem: chunk_gemm_smem_bytes() of
-// dynamic shared memory, 16-byte aligned (the warpgroup path aligns it to 1024 bytes itself), used by no
-// one else from a barrier before the call; on return every thread is done with it. All kThreads threads
-// call it (it has barriers). A's rows may have been written by other workgroups of the launch (after the
-// caller's acquire): the copies read through L2 (cp.async.cg; load_fresh on the FMA path). The same
-// inputs give the same bits (fixed summation order, no atomics).
-template <bool kF16, class RowA, class RowB, class Epilogue>
-__device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue);
-
-template <bool kF16, class RowA, class RowB, class Epilogue>
-__device__ __forceinline__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
-#if MK_WGMMA
-  if (n_valid > 128) chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<256>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
-  else chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
-#else
-  chunk_gemm_tile_narrow<kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
-#endif
-}
 
 // chunk_gemm_tile on the 128 x 128 tiles of the warp-level path (the FMA path where that is absent), one
 // after another across the columns.
@@ -505,6 +478,27 @@ __device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int 
     chunk_gemm_tile_fma<kF16>(a_row, m_valid, b, nv, K, smem, epi);
 #endif
   }
+}
+
+// The tile C = A * B^T (128 rows x up to kChunkGemmMaxCols columns, fp32 accumulation; kF16: inputs are
+// IEEE f16, else bf16). a_row(m) (m < m_valid <= 128) / b_row(n) (n < n_valid <= kChunkGemmMaxCols):
+// const uint16_t* to row m of A / row n of B, K elements, 16-byte aligned; rows past m_valid / n_valid
+// count as zero. K: a positive multiple of 8 (the callers' multiples of 32 included). n_valid: even.
+// epilogue(m, n, v0, v1) runs once for every m < m_valid and even n < n_valid with v0 = C[m][n], v1 =
+// C[m][n + 1], on the thread holding them; it must not touch `smem`. smem: chunk_gemm_smem_bytes(n_valid) of
+// dynamic shared memory, 16-byte aligned (the warpgroup path aligns it to 1024 bytes itself), used by no
+// one else from a barrier before the call; on return every thread is done with it. All kThreads threads
+// call it (it has barriers). A's rows may have been written by other workgroups of the launch (after the
+// caller's acquire): the copies read through L2 (cp.async.cg; load_fresh on the FMA path). The same
+// inputs give the same bits (fixed summation order, no atomics).
+template <bool kF16, class RowA, class RowB, class Epilogue>
+__device__ __forceinline__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+#if MK_WGMMA
+  if (n_valid > 128) chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<256>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+  else chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#else
+  chunk_gemm_tile_narrow<kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+#endif
 }
 
 #endif  // MK_CHUNK_GEMM_DEVICE

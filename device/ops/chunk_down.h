@@ -7,7 +7,6 @@
 namespace mk::dev {
 
 struct ChunkDownOp : ChunkMatrixOp {
-  static size_t smem_floats(const ModelDims&, const Instr& in) { return chunk_matrix_smem_floats(in.end - in.begin); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {

@@ -18,9 +18,12 @@ static_assert(ChunkGemmTile::kM == kChunkMatrixTokens && ChunkGemmTile::kN == kC
 // Floats of shared memory a matrix instruction's tile of `cols` weight rows needs.
 inline size_t chunk_matrix_smem_floats(uint32_t cols) { return (chunk_gemm_smem_bytes(int(cols)) + 3) / 4; }
 
-// The base of the matrix ops. The chunk kernel inlines their bodies into its loop: the warpgroup products
-// are asynchronous, and ptxas serialises every one of them in a function that the kernel calls.
-struct ChunkMatrixOp : OpDefaults {};
+// The base of the matrix ops: their shared memory, by the tile's weight rows (gate_up's are twice its
+// columns of h). The chunk kernel inlines their bodies into its loop: the warpgroup products are
+// asynchronous, and ptxas serialises every one of them in a function that the kernel calls.
+struct ChunkMatrixOp : OpDefaults {
+  static size_t smem_floats(const ModelDims&, const Instr& in) { return chunk_matrix_smem_floats(in.end - in.begin); }
+};
 
 #if MK_DEVICE_CODE
 // The instruction's tile: its tokens' rows of `act` (row stride `act_cols`, K columns used) times the
