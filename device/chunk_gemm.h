@@ -7,6 +7,8 @@
 // - Other NVIDIA targets (MK_WARP_MMA): mma.sync m16n8k16 with ldmatrix, 128 x 128 (chunk_gemm_tile_mma;
 //   285 TFLOPS there), a wider tile run as two.
 // - Elsewhere: an FMA loop, the same result up to summation order.
+// The weight rows may be of any matrix format: quantized ones are expanded to bf16 on their way into
+// shared memory (device/weight_pieces.h).
 // Both tensor-core paths stage their operands with one cp.async pipeline (TileCopies): 128-byte rows (kK
 // = 64 16-bit values) whose 16-byte chunks are XOR-swizzled by row, which is both what keeps ldmatrix and
 // the copies free of bank conflicts without padding and the 128-byte swizzle wgmma's descriptors name.
@@ -21,6 +23,7 @@
 #include <cstdint>
 
 #include "device/kernel_params.h"
+#include "runtime/matrix_format.h"
 
 #if defined(__CUDACC__) || defined(__HIPCC__) || defined(__HIP__)
 #define MK_CHUNK_GEMM_DEVICE 1
@@ -28,6 +31,7 @@
 #include "device/platform.h"
 #include "device/tensor_core.h"
 #include "device/warpgroup_mma.h"
+#include "device/weight_pieces.h"
 #else
 #define MK_CHUNK_GEMM_DEVICE 0
 #endif
@@ -81,6 +85,12 @@ struct ChunkGemmWgmmaShape {
 // warp-level and FMA ones, 128 x 128) run a wide tile as two.
 inline constexpr int kChunkGemmMaxCols = 256;
 
+// Whether chunk_gemm_tile runs a tile of more than 128 columns at once for weights of format f, and so
+// whether a chunk schedule should give such layers wide tiles (ScheduleParams::chunk_wide_tiles): 16-bit
+// rows only. Quantized rows are expanded by the copying threads, whose registers the wide tile leaves too
+// few of; it runs as two narrow ones, and the narrow schedule leaves the kernel more L1 (docs/performance.md).
+MK_HD_INLINE constexpr bool chunk_gemm_wide_tiles(MatrixFormat f) { return !matrix_format_quantized(f); }
+
 // Dynamic shared memory of chunk_gemm_tile for tiles of up to `cols` columns, bytes: enough for every
 // path (the warpgroup path's: 129 KiB up to 128 columns, 193 KiB up to 256). The same on every platform,
 // because the host's plan (device/kernel_plan.cpp) is compiled without the device's platform macros.
@@ -91,6 +101,11 @@ MK_HD_INLINE constexpr size_t chunk_gemm_smem_bytes(int cols = kChunkGemmMaxCols
 static_assert(chunk_gemm_smem_bytes() <= 200 * 1024 && chunk_gemm_smem_bytes(128) <= 130 * 1024, "the tile's shared memory budget");
 
 #if MK_CHUNK_GEMM_DEVICE
+
+// The products' 16-bit type for weights of format kW: f16 for f16 weights, else bf16 (the activations
+// are stored in it; quantized weights are expanded to bf16, WeightPieces).
+template <MatrixFormat kW>
+inline constexpr bool kChunkGemmF16 = kW == MatrixFormat::F16;
 
 namespace chunk_gemm_detail {
 
@@ -111,21 +126,30 @@ __device__ __forceinline__ uint32_t swizzled_chunk(int r, int c) {
   else return uint32_t(c ^ (r & 7)) << 4;
 }
 
-// How a tile's stages are filled from global memory by all kThreads threads with cp.async: thread t fills
-// row t / 4 of A and rows t / 4 + 128 h of B (h < S::kN / 128), chunks t % 4 + 4 j (copy i takes j = (i +
-// row) % kCopies: the two rows of 8 consecutive threads then write opposite halves of the 128-byte bank
-// line, whatever the swizzle), each at its swizzled place. A stage holds S::kM rows of A, then S::kN rows
-// of B, S::kRowBytes each. Rows past m_valid / n_valid are zeroed once in every stage (zero_rows) and
-// never copied.
-template <class S>
+// How a tile's stages are filled from global memory by all kThreads threads: thread t fills row t / 4 of
+// A and rows t / 4 + 128 h of B (h < S::kN / 128), chunks t % 4 + 4 j (copy i takes j = (i + row) %
+// kCopies: the two rows of 8 consecutive threads then write opposite halves of the 128-byte bank line,
+// whatever the swizzle), each at its swizzled place. A stage holds S::kM rows of A, then S::kN rows of B,
+// S::kRowBytes each. Rows past m_valid / n_valid are zeroed once in every stage (zero_rows) and never
+// copied. A and 16-bit B rows go with cp.async. Quantized B rows (WeightPieces) go through registers:
+// the pieces of k-tile kt + 1 are fetched when tile kt is stored, so their loads run while the products
+// of earlier tiles do; the stages must therefore be loaded in order, 0, 1, 2, ...
+template <class S, MatrixFormat kW>
 struct TileCopies {
+  using W = WeightPieces<kW>;
   static constexpr int kCopies = S::kK / 32;  // 16-byte copies per thread, stage and row: 4 threads a row
   static constexpr int kHalves = S::kN / S::kM;
   static_assert(kThreads == 4 * S::kM && S::kN % S::kM == 0, "a row of A and kHalves rows of B for each group of 4 threads");
+  static_assert(W::kCopied || matrix_scale_group(kW) % S::kK == 0, "a k-tile's pieces share one group");
+  struct Held {  // quantized B: one row's pieces of the next k-tile, and their group
+    typename W::Piece piece[kCopies];
+    typename W::Group group;
+  };
   int chunk[kCopies];
-  uint32_t so[kCopies];         // byte offset in the stage's A tile (B's rows: plus whole 128-row blocks)
-  const uint16_t* ga;           // the first copy's chunk of the thread's row (null: past the valid rows)
-  const uint16_t* gb[kHalves];  // the same for each of its B rows
+  uint32_t so[kCopies];          // byte offset in the stage's A tile (B's rows: plus whole 128-row blocks)
+  const uint16_t* ga;            // the first copy's chunk of the thread's row (null: past the valid rows)
+  const uint8_t* gb[kHalves];    // its B rows: the first copy's chunk (16-bit) or the row (quantized)
+  Held held[W::kCopied ? 1 : kHalves];
   int K;
 
   template <class RowA, class RowB>
@@ -138,7 +162,9 @@ struct TileCopies {
     }
     ga = row < m_valid ? a_row(row) + chunk[0] * 8 : nullptr;
 #pragma unroll
-    for (int h = 0; h < kHalves; ++h) gb[h] = row + S::kM * h < n_valid ? b_row(row + S::kM * h) + chunk[0] * 8 : nullptr;
+    for (int h = 0; h < kHalves; ++h)
+      gb[h] = row + S::kM * h < n_valid ? b_row(row + S::kM * h) + (W::kCopied ? chunk[0] * 16 : 0) : nullptr;
+    if constexpr (!W::kCopied) fetch(0);
   }
   __device__ static __forceinline__ uint8_t* b_block(uint8_t* stage, int h) { return stage + (S::kM + S::kM * h) * S::kRowBytes; }
   __device__ __forceinline__ void zero_rows(uint8_t* smem) const {
@@ -155,9 +181,21 @@ struct TileCopies {
       }
     }
   }
+  // Quantized B: k-tile kt's pieces of the thread's rows into registers (none past K).
+  __device__ __forceinline__ void fetch(int kt) {
+    const int p0 = kt * (S::kK / 8);
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      if (!gb[h] || p0 * 8 >= K) continue;
+      held[h].group = W::group(gb[h], K, p0);
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i)
+        if ((p0 + chunk[i]) * 8 < K) held[h].piece[i] = W::fetch(gb[h], p0 + chunk[i]);
+    }
+  }
   // The stage at `stage` gets k-tile `kt`; chunks past K (K a multiple of 8, not of kK) get zeros,
   // written over whatever an earlier tile left there.
-  __device__ __forceinline__ void load(uint8_t* stage, int kt) const {
+  __device__ __forceinline__ void load(uint8_t* stage, int kt) {
     const int k0 = kt * S::kK;
     const uint4 zero = make_uint4(0, 0, 0, 0);
     auto copy = [&](uint8_t* dst, const uint16_t* src, int i) {
@@ -169,8 +207,16 @@ struct TileCopies {
     for (int i = 0; i < kCopies; ++i) {
       copy(stage + so[i], ga, i);
 #pragma unroll
-      for (int h = 0; h < kHalves; ++h) copy(b_block(stage, h) + so[i], gb[h], i);
+      for (int h = 0; h < kHalves; ++h) {
+        if constexpr (W::kCopied) {
+          copy(b_block(stage, h) + so[i], reinterpret_cast<const uint16_t*>(gb[h]), i);
+        } else if (gb[h]) {
+          *reinterpret_cast<uint4*>(b_block(stage, h) + so[i]) =
+              k0 + chunk[i] * 8 < K ? W::expand(held[h].piece[i], held[h].group) : zero;
+        }
+      }
     }
+    if constexpr (!W::kCopied) fetch(kt + 1);
   }
 };
 #endif
@@ -179,10 +225,12 @@ struct TileCopies {
 
 // The FMA path (every platform; the only one where MK_WARP_MMA is 0). Thread t owns the column pair 2 (t %
 // 64) and rows t / 64 + 8 i (i < 16); each k-tile of 32 is staged as floats. A is read with load_fresh (it
-// may come from other workgroups of the same launch), B with load_weight.
-template <bool kF16, class RowA, class RowB, class Epilogue>
+// may come from other workgroups of the same launch), B with load_weight (WeightPieces).
+template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
   using S = ChunkGemmTile;
+  using W = WeightPieces<kW>;
+  constexpr bool kF16 = kChunkGemmF16<kW>;
   constexpr int kK = S::kFmaK, kStride = S::kFmaStride, kRows = 16;
   static_assert(kThreads * 8 == S::kM * kK && kThreads == 8 * S::kN / 2, "a 16-byte piece of each matrix a thread; 16 x 2 outputs");
   float* sa = reinterpret_cast<float*>(smem);
@@ -190,7 +238,15 @@ __device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_v
   const int t = int(threadIdx.x);
   const int sr = t / 4, sc = (t % 4) * 8;  // the piece this thread stages: row sr, columns sc..sc+7
   const uint16_t* pa = sr < m_valid ? a_row(sr) + sc : nullptr;
-  const uint16_t* pb = sr < n_valid ? b_row(sr) + sc : nullptr;
+  const uint8_t* pb = sr < n_valid ? b_row(sr) : nullptr;
+  auto b_piece = [&](int k0) {  // the row's 8 values at k0 + sc, 16-bit
+    if constexpr (W::kCopied) {
+      return load_weight(reinterpret_cast<const uint4*>(pb) + (k0 + sc) / 8);
+    } else {
+      const int p = (k0 + sc) / 8;
+      return W::expand(W::fetch(pb, p), W::group(pb, K, p));
+    }
+  };
   const int pair = t % (S::kN / 2), row0 = t / (S::kN / 2);
   float acc[kRows][2] = {};
   auto stage = [](float* dst, uint4 w) {
@@ -209,7 +265,7 @@ __device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_v
     const bool in_k = k0 + sc < K;  // K is a multiple of 8: a piece is wholly in or out
     const uint4 zero = make_uint4(0, 0, 0, 0);
     stage(sa + sr * kStride + sc, pa && in_k ? load_fresh(reinterpret_cast<const uint4*>(pa + k0)) : zero);
-    stage(sb + sr * kStride + sc, pb && in_k ? load_weight(reinterpret_cast<const uint4*>(pb + k0)) : zero);
+    stage(sb + sr * kStride + sc, pb && in_k ? b_piece(k0) : zero);
     __syncthreads();
 #pragma unroll 4
     for (int k = 0; k < kK; ++k) {
@@ -233,10 +289,11 @@ __device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_v
 
 #if MK_WARP_MMA
 // The tensor-core path for a given shape (chunk_gemm_tile uses ChunkGemmTile).
-template <class S, bool kF16, class RowA, class RowB, class Epilogue>
+template <class S, MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem,
                                                     Epilogue epilogue) {
   using chunk_gemm_detail::swizzled_chunk;
+  constexpr bool kF16 = kChunkGemmF16<kW>;
   constexpr int kK = S::kK, kRowBytes = S::kRowBytes, kStages = S::kStages, kWK = S::kWarpsK;
   constexpr int kWarps = kThreads / 32, kGroupWarps = kWarps / kWK;
   constexpr int kWarpsN = 4, kWarpsM = kGroupWarps / kWarpsN;
@@ -250,7 +307,7 @@ __device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, Row
   const int group = warp / kGroupWarps, wi = warp % kGroupWarps;
   const int wm = wi / kWarpsN, wn = wi % kWarpsN;
 
-  chunk_gemm_detail::TileCopies<S> copies(a_row, m_valid, b_row, n_valid, K);
+  chunk_gemm_detail::TileCopies<S, kW> copies(a_row, m_valid, b_row, n_valid, K);
   copies.zero_rows(smem);
   auto load = [&](int s, int kt) { copies.load(smem + s * S::kStageBytes, kt); };
 
@@ -374,9 +431,10 @@ __device__ __forceinline__ void chunk_gemm_tile_mma(RowA a_row, int m_valid, Row
 // landed and are made visible to the products' proxy, one barrier publishes them (and says that every
 // warpgroup's products of tile kt - 2 are done, so its stage, (kt + 2) % 4, may be refilled), then each
 // warpgroup issues its steps of tile kt and waits until only those are running.
-template <class S, bool kF16, class RowA, class RowB, class Epilogue>
+template <class S, MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem_in,
                                                       Epilogue epilogue) {
+  constexpr bool kF16 = kChunkGemmF16<kW>;
   constexpr int kSplitK = S::kSplitK, kSteps = 4 / kSplitK;  // a warpgroup's 16-deep steps of a k-tile
   constexpr int kAhead = S::kAhead;
   static_assert(kThreads == 512, "four warpgroups");
@@ -386,7 +444,7 @@ __device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, R
   uint8_t* smem = smem_in + ((S::kAlign - (shared_address(smem_in) & (S::kAlign - 1))) & (S::kAlign - 1));
   const uint32_t base = shared_address(smem);
 
-  chunk_gemm_detail::TileCopies<S> copies(a_row, m_valid, b_row, n_valid, K);
+  chunk_gemm_detail::TileCopies<S, kW> copies(a_row, m_valid, b_row, n_valid, K);
   copies.zero_rows(smem);
   const int tiles = (K + S::kK - 1) / S::kK;
   for (int s = 0; s < kAhead; ++s) {
@@ -466,24 +524,27 @@ __device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, R
 
 // chunk_gemm_tile on the 128 x 128 tiles of the warp-level path (the FMA path where that is absent), one
 // after another across the columns.
-template <bool kF16, class RowA, class RowB, class Epilogue>
+template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
   for (int n0 = 0; n0 < n_valid; n0 += 128) {
     auto b = [&](int n) { return b_row(n0 + n); };
     auto epi = [&](int m, int n, float v0, float v1) { epilogue(m, n0 + n, v0, v1); };
     const int nv = n_valid - n0 < 128 ? n_valid - n0 : 128;
 #if MK_WARP_MMA
-    chunk_gemm_tile_mma<ChunkGemmTile, kF16>(a_row, m_valid, b, nv, K, smem, epi);
+    chunk_gemm_tile_mma<ChunkGemmTile, kW>(a_row, m_valid, b, nv, K, smem, epi);
 #else
-    chunk_gemm_tile_fma<kF16>(a_row, m_valid, b, nv, K, smem, epi);
+    chunk_gemm_tile_fma<kW>(a_row, m_valid, b, nv, K, smem, epi);
 #endif
   }
 }
 
-// The tile C = A * B^T (128 rows x up to kChunkGemmMaxCols columns, fp32 accumulation; kF16: inputs are
-// IEEE f16, else bf16). a_row(m) (m < m_valid <= 128) / b_row(n) (n < n_valid <= kChunkGemmMaxCols):
-// const uint16_t* to row m of A / row n of B, K elements, 16-byte aligned; rows past m_valid / n_valid
-// count as zero. K: a positive multiple of 8 (the callers' multiples of 32 included). n_valid: even.
+// The tile C = A * B^T (128 rows x up to kChunkGemmMaxCols columns, fp32 accumulation). B holds weight
+// rows of format kW; A is 16-bit of the products' type (kChunkGemmF16<kW>: f16 for f16 weights, else
+// bf16). a_row(m) (m < m_valid <= 128): const uint16_t* to row m of A, K elements; b_row(n) (n < n_valid
+// <= kChunkGemmMaxCols): const uint8_t* to the start of row n of B, a row of K columns in format kW
+// (runtime/matrix_format.h; a quantized element counts as its bf16 rounding, device/weight_pieces.h);
+// both 16-byte aligned; rows past m_valid / n_valid count as zero. K: a positive multiple of 8 (the
+// callers' multiples of 32 included) and of matrix_cols_multiple(kW). n_valid: even.
 // epilogue(m, n, v0, v1) runs once for every m < m_valid and even n < n_valid with v0 = C[m][n], v1 =
 // C[m][n + 1], on the thread holding them; it must not touch `smem`. smem: chunk_gemm_smem_bytes(n_valid) of
 // dynamic shared memory, 16-byte aligned (the warpgroup path aligns it to 1024 bytes itself), used by no
@@ -491,13 +552,22 @@ __device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int 
 // call it (it has barriers). A's rows may have been written by other workgroups of the launch (after the
 // caller's acquire): the copies read through L2 (cp.async.cg; load_fresh on the FMA path). The same
 // inputs give the same bits (fixed summation order, no atomics).
-template <bool kF16, class RowA, class RowB, class Epilogue>
+template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ __forceinline__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
 #if MK_WGMMA
-  if (n_valid > 128) chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<256>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
-  else chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+  if constexpr (!chunk_gemm_wide_tiles(kW)) {
+    for (int n0 = 0; n0 < n_valid; n0 += 128) {
+      auto b = [&](int n) { return b_row(n0 + n); };
+      auto epi = [&](int m, int n, float v0, float v1) { epilogue(m, n0 + n, v0, v1); };
+      chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kW>(a_row, m_valid, b, n_valid - n0 < 128 ? n_valid - n0 : 128, K, smem, epi);
+    }
+  } else if (n_valid > 128) {
+    chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<256>, kW>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+  } else {
+    chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kW>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+  }
 #else
-  chunk_gemm_tile_narrow<kF16>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
+  chunk_gemm_tile_narrow<kW>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
 #endif
 }
 

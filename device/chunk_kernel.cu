@@ -30,7 +30,7 @@ __device__ __forceinline__ void run_chunk_op(ChunkMachine<F> m, const Instr& in)
 
 // Chunk-step instruction `in` (device/ops/chunk_*.h), all threads.
 template <MatrixFormat F>
-__device__ void execute_chunk_op(const ChunkMachine<F>& m, const Instr& in) {
+__device__ __forceinline__ void execute_chunk_op(const ChunkMachine<F>& m, const Instr& in) {
   switch (in.op) {
 #define MK_CHUNK_OP_RUN(E, name) \
   case Op::E: return run_chunk_op<E##Op, F>(m, in);
@@ -102,15 +102,16 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const MK_GRID_CONSTA
 }
 
 const void* chunk_kernel_entry(MatrixFormat format, bool profile) {
+  auto entry = [profile](auto kernel_false, auto kernel_true) {
+    return profile ? reinterpret_cast<const void*>(kernel_true) : reinterpret_cast<const void*>(kernel_false);
+  };
   switch (format) {
-    case MatrixFormat::BF16:
-      return profile ? reinterpret_cast<const void*>(&chunk_kernel<MatrixFormat::BF16, true>)
-                     : reinterpret_cast<const void*>(&chunk_kernel<MatrixFormat::BF16, false>);
-    case MatrixFormat::F16:
-      return profile ? reinterpret_cast<const void*>(&chunk_kernel<MatrixFormat::F16, true>)
-                     : reinterpret_cast<const void*>(&chunk_kernel<MatrixFormat::F16, false>);
-    default: return nullptr;
+    case MatrixFormat::BF16: return entry(&chunk_kernel<MatrixFormat::BF16, false>, &chunk_kernel<MatrixFormat::BF16, true>);
+    case MatrixFormat::F16: return entry(&chunk_kernel<MatrixFormat::F16, false>, &chunk_kernel<MatrixFormat::F16, true>);
+    case MatrixFormat::FP8: return entry(&chunk_kernel<MatrixFormat::FP8, false>, &chunk_kernel<MatrixFormat::FP8, true>);
+    case MatrixFormat::INT4: return entry(&chunk_kernel<MatrixFormat::INT4, false>, &chunk_kernel<MatrixFormat::INT4, true>);
   }
+  return nullptr;
 }
 
 }  // namespace mk::dev

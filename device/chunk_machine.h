@@ -13,7 +13,7 @@ namespace mk::dev {
 template <MatrixFormat Format>
 struct ChunkMachine {
   static constexpr MatrixFormat kFormat = Format;
-  static constexpr bool kF16 = Format == MatrixFormat::F16;  // 16-bit activations: f16, else bf16
+  static constexpr bool kF16 = Format == MatrixFormat::F16;  // 16-bit activations: f16, else bf16 (kChunkGemmF16)
   const KernelParams& p;
   uint8_t* smem;
   uint32_t chunk;
@@ -22,9 +22,9 @@ struct ChunkMachine {
 
   __device__ const uint8_t* matrix(uint64_t offset) const { return p.weights + offset; }
   __device__ const float* f32(uint64_t offset) const { return reinterpret_cast<const float*>(p.weights + offset); }
-  // Row r of a 16-bit weight matrix with `cols` columns.
-  __device__ const uint16_t* weight_row(uint64_t offset, int cols, int r) const {
-    return reinterpret_cast<const uint16_t*>(p.weights + offset) + size_t(r) * size_t(cols);
+  // The start of row r of a layer matrix (format Format) with `cols` columns.
+  __device__ const uint8_t* weight_row(uint64_t offset, int cols, int r) const {
+    return p.weights + offset + size_t(r) * size_t(matrix_row_bytes(Format, cols));
   }
   // The tokens [first, first + count) of a matrix op's tile (count <= 0: the tile lies past the chunk).
   __device__ int tile_first(const Instr& in) const { return int(in.slot) * kChunkMatrixTokens; }

@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 
+#include "device/chunk_gemm.h"
 #include "device/gpu.h"
 #include "device/kernel_params.h"
 #include "device/kernel_plan.h"
@@ -155,9 +156,9 @@ class MonokernelBackend final : public GpuBackend {
       fail("narrow stages need between 1 and the {} workgroups, 0 for none or -1 for the engine's plan (got {})", workgroups,
            opt.narrow_workgroups);
     ScheduleParams sp{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
-                      plan_chunk_steps(cfg_, layout_.format, opt.chunk_tokens, opt.context)};
+                      plan_chunk_steps(cfg_, opt.chunk_tokens, opt.context)};
     sp.attention_combine = opt.attention_combine;
-    sp.chunk_wide_tiles = opt.chunk_wide_tiles;
+    sp.chunk_wide_tiles = opt.chunk_wide_tiles && dev::chunk_gemm_wide_tiles(layout_.format);
     if (opt.narrow_workgroups > 0) sp.narrow_workgroups = opt.narrow_workgroups, sp.narrow_ops = opt.narrow_ops;
     schedule_ = build_schedule(cfg_, sp);
     const bool grouped = schedule_.sync_domains > 1;

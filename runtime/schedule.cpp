@@ -49,13 +49,11 @@ int plan_chunk_tokens(int requested, int context) {
   return std::min(requested, std::max(1, context));  // no chunk holds more tokens than the context
 }
 
-int plan_chunk_steps(const ModelConfig& c, MatrixFormat layers, int requested, int context) {
+int plan_chunk_steps(const ModelConfig& c, int requested, int context) {
   std::string why;
   const StepRecipe recipe = build_step_recipe(c);
   if (std::any_of(recipe.layers.begin(), recipe.layers.end(), [](const LayerRecipe& L) { return L.chunk.empty(); }))
     why = fmt::format("the {} recipe has no chunk-step stages for its layers", arch_name(c.arch));
-  else if (layers != MatrixFormat::BF16 && layers != MatrixFormat::F16)
-    why = fmt::format("the layers' weights are {} (chunk steps multiply 16-bit weights)", matrix_format_name(layers));
   else if (c.hidden_size % 32 != 0 || c.q_dim() % 32 != 0 || c.intermediate_size % 32 != 0)
     why = fmt::format("hidden_size {}, num_heads x head_dim {} and intermediate_size {} must be multiples of 32", c.hidden_size,
                       c.q_dim(), c.intermediate_size);

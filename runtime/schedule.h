@@ -180,10 +180,11 @@ inline int chunked_prompt_tokens(int chunk_tokens, int ingest) {
 void check_sliding_window_context(const ModelConfig& c, int context);
 // Chunk-step tokens: `requested` (-1: the default, 1,024; 0: none), capped at the context; checked.
 int plan_chunk_tokens(int requested, int context);
-// The same where the model has chunk steps (its recipe has chunk stages; bf16 or f16 layers; hidden, q_dim and intermediate sizes
-// multiples of 32; head_dim a multiple of 16, at most 128), else 0, or, if chunk steps were asked for
-// explicitly (requested > 0), an error naming the reason. The GPU kernel and the emulator both plan so.
-int plan_chunk_steps(const ModelConfig& c, MatrixFormat layers, int requested, int context);
+// The same where the model has chunk steps (its recipe has chunk stages; hidden, q_dim and intermediate
+// sizes multiples of 32; head_dim a multiple of 16, at most 128; layers of any matrix format), else 0,
+// or, if chunk steps were asked for explicitly (requested > 0), an error naming the reason. The GPU
+// kernel and the emulator both plan so.
+int plan_chunk_steps(const ModelConfig& c, int requested, int context);
 
 // ChunkNorm's Instr::slot: which of a layer's norms it applies.
 inline constexpr uint16_t kAttentionNorm = 0, kMlpNorm = 1;

@@ -11,6 +11,7 @@
 
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
+#include "runtime/model.h"
 #include "runtime/reference.h"
 #include "tests/helpers/emulator_vs_reference.h"
 #include "tests/helpers/error_of.h"
@@ -145,24 +146,24 @@ TEST(ChunkSchedule, WideTilesWhereTheStageTakesLessTime) {
 TEST(ChunkSchedule, PlanningChecksTheModelAndTheSize) {
   TinyModelSpec spec;
   auto model = load_tiny_model(spec, "chunk-plan");
-  EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::BF16, -1, 64), 64);
-  EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::BF16, -1, 4096), 1024);
-  EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::F16, 100, 4096), 100);
-  EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::BF16, 0, 4096), 0);
-  EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::INT4, -1, 4096), 0);
-  EXPECT_THAT(test::error_of([&] { plan_chunk_steps(model->config, MatrixFormat::FP8, 256, 4096); }),
-              HasSubstr("chunk steps (prefill) are not available for this model: the layers' weights are fp8"));
-  EXPECT_EQ(plan_chunk_steps(model->config, MatrixFormat::BF16, 5000, 4096), 4096);
-  EXPECT_THAT(test::error_of([&] { plan_chunk_steps(model->config, MatrixFormat::BF16, -2, 4096); }), HasSubstr("chunk tokens must be"));
+  EXPECT_EQ(plan_chunk_steps(model->config, -1, 64), 64);
+  EXPECT_EQ(plan_chunk_steps(model->config, -1, 4096), 1024);
+  EXPECT_EQ(plan_chunk_steps(model->config, 100, 4096), 100);
+  EXPECT_EQ(plan_chunk_steps(model->config, 0, 4096), 0);
+  EXPECT_EQ(plan_chunk_steps(model->config, 5000, 4096), 4096);
+  EXPECT_THAT(test::error_of([&] { plan_chunk_steps(model->config, -2, 4096); }), HasSubstr("chunk tokens must be"));
   ModelConfig odd = model->config;
   odd.head_dim = 24;
-  EXPECT_THAT(test::error_of([&] { plan_chunk_steps(odd, MatrixFormat::BF16, 64, 4096); }), HasSubstr("head_dim 24"));
+  EXPECT_EQ(plan_chunk_steps(odd, -1, 4096), 0);  // prompts go one token per step
+  EXPECT_THAT(test::error_of([&] { plan_chunk_steps(odd, 64, 4096); }),
+              HasSubstr("chunk steps (prefill) are not available for this model: head_dim 24"));
 }
 
 struct PrefillCase {
   int prompt;
   int chunk;
   Arch arch = Arch::Llama;
+  Quantize quantize = Quantize::None;  // the layers quantized at load time (their matrices at widths of several scale groups)
 };
 
 class PrefillVsReference : public ::testing::TestWithParam<PrefillCase> {};
@@ -176,7 +177,13 @@ TEST_P(PrefillVsReference, LastPositionLogitsAndContinuation) {
   spec.eos = {};
   spec.max_position = 8192;
   if (pc.arch == Arch::Qwen3) spec.head_dim = 32;
-  auto model = load_tiny_model(spec, "prefill-ref");
+  if (pc.quantize != Quantize::None) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
+  const auto dir = test::make_temp_dir("prefill-ref");
+  test::write_tiny_model(dir, spec);
+  LoadOptions load;
+  load.quantize = pc.quantize;
+  auto model = load_model(dir, load);
+  ASSERT_EQ(matrix_format_quantized(model->formats.body), pc.quantize != Quantize::None);
   const auto prompt = prompt_of(pc.prompt, model->config.vocab_size);
   const int n = 6;
   EmulatorOptions opt;
@@ -223,10 +230,12 @@ INSTANTIATE_TEST_SUITE_P(PromptLengthsAndChunkSizes, PrefillVsReference,
                          ::testing::Values(PrefillCase{1, 64}, PrefillCase{7, 64}, PrefillCase{7, 3}, PrefillCase{64, 64},
                                            PrefillCase{64, 100}, PrefillCase{511, 64}, PrefillCase{511, 100},
                                            PrefillCase{4096, 1024}, PrefillCase{4096, 1000}, PrefillCase{100, 32, Arch::Qwen2},
-                                           PrefillCase{100, 48, Arch::Qwen3}),
+                                           PrefillCase{100, 48, Arch::Qwen3}, PrefillCase{300, 128, Arch::Llama, Quantize::Fp8},
+                                           PrefillCase{300, 128, Arch::Qwen2, Quantize::Int4}),
                          [](const auto& param_info) {
                            const PrefillCase& p = param_info.param;
-                           return fmt::format("prompt{}_chunk{}_{}", p.prompt, p.chunk, arch_name(p.arch));
+                           const char* q = p.quantize == Quantize::Fp8 ? "_fp8" : p.quantize == Quantize::Int4 ? "_int4" : "";
+                           return fmt::format("prompt{}_chunk{}_{}{}", p.prompt, p.chunk, arch_name(p.arch), q);
                          });
 
 TEST(Prefill, IsTheDefaultAndEveryInterleavingGivesTheSameTokens) {

@@ -33,13 +33,13 @@ __device__ __forceinline__ void chunk_matrix_tile(MachineT& m, const Instr& in, 
                                   int n_valid, Epilogue epilogue) {
   const int first = m.tile_first(in), count = m.tile_count(in);
   if (count <= 0) return;  // the last chunk is shorter: this tile has no tokens
-  chunk_gemm_tile<MachineT::kF16>(
+  chunk_gemm_tile<MachineT::kFormat>(
       [&](int r) { return act + size_t(first + r) * size_t(act_cols); }, count, weight_row, n_valid, K, m.smem,
       [&](int r, int n, float v0, float v1) { epilogue(first + r, n, v0, v1); });
 }
 
 // The residual ops' tile (o_proj, down): residual columns [begin, end) of the tile's tokens += their rows
-// of `act` (K columns used) times the rows [begin, end) of the 16-bit matrix at `weights`.
+// of `act` (K columns used) times the rows [begin, end) of the layer matrix at `weights`.
 template <class MachineT>
 __device__ __forceinline__ void chunk_residual_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, uint64_t weights) {
   const int H = m.p.dims.hidden;

@@ -291,7 +291,7 @@ struct Emulator::Impl : emu::EmulatorState {
 namespace {
 ScheduleParams schedule_params(const Model& model, const EmulatorOptions& options) {
   ScheduleParams p{options.num_workgroups, options.attention_splits, false, options.sync_domains, options.h_slice_cols,
-                   plan_chunk_steps(model.config, plan_weight_layout(model).format, options.chunk_tokens, options.context)};
+                   plan_chunk_steps(model.config, options.chunk_tokens, options.context)};
   p.attention_combine = options.attention_combine;
   p.claimed_ops = options.claimed_ops;
   p.claim_late_ranks = options.claim_late_ranks;

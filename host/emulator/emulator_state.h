@@ -166,12 +166,18 @@ struct EmulatorState {
   size_t chunk_act_cols() const { return size_t(std::max(cfg.hidden_size, cfg.q_dim())); }
 
   // dot(row r of the matrix at `offset` with `cols` columns, a 16-bit activation row): the product of a
-  // chunk step's matrix op, fp32 sums of exact products as the tensor cores form them.
+  // chunk step's matrix op, fp32 sums of exact products as the tensor cores form them. The tensor cores
+  // multiply 16-bit operands: a quantized weight counts as its element rounded to bf16 (the activations'
+  // type for quantized layers; device/weight_pieces.h expands it so).
   float dot_row_act16(uint64_t offset, size_t r, size_t cols, const uint16_t* act) const {
     const MatrixFormat f = format_of(offset);
+    const bool round = matrix_format_quantized(f);
     const uint8_t* row = matrix_row(offset, cols, r);
     float acc = 0.f;
-    for (size_t c = 0; c < cols; ++c) acc += matrix_row_element(f, row, int(cols), int(c)) * act16(act[c]);
+    for (size_t c = 0; c < cols; ++c) {
+      const float w = matrix_row_element(f, row, int(cols), int(c));
+      acc += (round ? bf16_to_float(float_to_bf16(w)) : w) * act16(act[c]);
+    }
     return acc;
   }
 

@@ -374,17 +374,23 @@ TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
 // Chunk steps (prefill) on the GPU against the emulator running the same schedule, over prompt lengths
 // (up to 4,096 tokens) and chunk sizes that do and do not divide them, for the shapes that take chunk
 // attention's tensor-core forms (head_dim 64 and 128, 4 and 8 query heads a kv head, Qwen3's 32, f16
-// weights) and its portable form (head_dim 16); and the greedy continuation against the GPU ingesting
-// the same prompt one token per step.
+// weights) and its portable form (head_dim 16), and layers quantized to int4 and fp8 (expanded to bf16
+// on their way into the tiles; intermediate 576 = 4 x 128 + 64, a short last scale group); and the
+// greedy continuation against the GPU ingesting the same prompt one token per step.
 TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
   struct Shape {
     Arch arch;
     int hidden, heads, kv_heads, head_dim;
     DType dtype;
+    Quantize quantize = Quantize::None;
   };
-  const Shape shapes[] = {{Arch::Llama, 64, 4, 2, 16, DType::BF16},   {Arch::Llama, 256, 8, 2, 64, DType::BF16},
-                          {Arch::Llama, 256, 4, 1, 128, DType::BF16}, {Arch::Qwen3, 128, 8, 1, 32, DType::BF16},
-                          {Arch::Qwen2, 256, 4, 2, 64, DType::F16}};
+  const Shape shapes[] = {{Arch::Llama, 64, 4, 2, 16, DType::BF16},
+                          {Arch::Llama, 256, 8, 2, 64, DType::BF16},
+                          {Arch::Llama, 256, 4, 1, 128, DType::BF16},
+                          {Arch::Qwen3, 128, 8, 1, 32, DType::BF16},
+                          {Arch::Qwen2, 256, 4, 2, 64, DType::F16},
+                          {Arch::Llama, 256, 8, 2, 64, DType::BF16, Quantize::Int4},
+                          {Arch::Qwen2, 256, 4, 1, 128, DType::F16, Quantize::Fp8}};
   for (const Shape& sh : shapes) {
     TinyModelSpec spec;
     spec.arch = sh.arch;
@@ -393,15 +399,21 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
     spec.dtype = sh.dtype;
     spec.max_position = 8192;
     spec.eos = {};
-    auto model = load_tiny_model(spec, "gpu-prefill");
-    const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}", arch_name(sh.arch), sh.head_dim, sh.heads,
-                                          sh.kv_heads, dtype_name(sh.dtype));
+    const auto dir = test::make_temp_dir("gpu-prefill");
+    test::write_tiny_model(dir, spec);
+    LoadOptions load;
+    load.quantize = sh.quantize;
+    auto model = load_model(dir, load);
+    const char* quantized = sh.quantize == Quantize::Int4 ? ", layers int4" : sh.quantize == Quantize::Fp8 ? ", layers fp8" : "";
+    const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}{}", arch_name(sh.arch), sh.head_dim, sh.heads,
+                                          sh.kv_heads, dtype_name(sh.dtype), quantized);
     struct Run {
       int prompt, chunk, workgroups = 0;
     };
-    // On 4 workgroups the wider shapes' qkv and gate_up stages have enough tiles for wide (256-column) ones.
+    // On 4 workgroups the wider shapes' qkv and gate_up stages have enough tiles for wide (256-column) ones
+    // (16-bit layers; quantized ones keep 128 columns, chunk_gemm_wide_tiles).
     for (const Run r : {Run{7, 64}, Run{64, 64}, Run{511, 100}, Run{511, 1024}, Run{511, 1024, 4}, Run{4096, 1000}}) {
-      if (sh.head_dim != 64 && r.prompt == 4096) continue;  // the longest prompt on one shape keeps the test short
+      if (sh.head_dim != 64 && r.prompt == 4096) continue;  // the longest prompt on the head_dim-64 shapes only keeps the test short
       const int context = r.prompt + 40;
       GpuOptions gopt;
       gopt.context = context;
@@ -409,11 +421,11 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
       gopt.workgroups = r.workgroups;
       auto gpu = create_gpu_backend(*model, gopt);
       ASSERT_EQ(gpu->schedule().chunk.tokens, std::min(r.chunk, context));
-      if (r.workgroups == 4 && sh.hidden >= 256) {
+      if (r.workgroups == 4 && sh.hidden >= 256) {  // quantized layers keep 128-column tiles
         bool wide = false;
         for (const Instr& in : gpu->schedule().chunk.instrs)
           wide |= in.op == Op::ChunkGateUp && int(in.end - in.begin) > kChunkMatrixCols / 2;
-        ASSERT_TRUE(wide) << "no wide gate_up tile to check";
+        ASSERT_EQ(wide, sh.quantize == Quantize::None) << "wide gate_up tiles";
       }
       std::vector<int32_t> prompt;
       for (int i = 0; i < r.prompt; ++i) prompt.push_back(int32_t((i * 53 + 5) % (spec.vocab - 3) + 3));
