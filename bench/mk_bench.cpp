@@ -23,6 +23,7 @@
 #include "host/tools/tool_main.h"
 #include "runtime/error.h"
 #include "runtime/limits.h"
+#include "runtime/prefill_flops.h"
 #include "runtime/presets.h"
 #include "runtime/schedule.h"
 #include "runtime/token_vocabulary.h"
@@ -56,6 +57,16 @@ struct PromptResult {
   // With --profile: per op, the mean over workgroups of its exec and wait time in one launch (ms),
   // averaged over the repetitions.
   std::vector<double> exec_ms, wait_ms;
+  // Per op, the FLOPs of the chunk steps (runtime/prefill_flops.h), and their sum over the time to first
+  // token.
+  std::vector<double> flops;
+  double tflops() const {
+    double sum = 0;
+    for (double f : flops) sum += f;
+    return sum / (median_ms * 1e-3) / 1e12;
+  }
+  // An op's FLOPs over its mean execution time (exec_ms): 0 without --profile or FLOPs.
+  double op_tflops(size_t op) const { return op < exec_ms.size() && exec_ms[op] > 0 ? flops[op] / (exec_ms[op] * 1e-3) / 1e12 : 0.0; }
 };
 
 // The items of a comma-separated list (an empty text is one empty item).
@@ -210,7 +221,8 @@ int run(int argc, char** argv) {
   std::string prompts_text;
   app.add_option("--prompts", prompts_text,
                  "also time the first token after prompts of these lengths (comma-separated; each from an empty "
-                 "context): ttft_ms and prompt tokens/s");
+                 "context): ttft_ms, prompt tokens/s and the chunk steps' TFLOPS; with --profile, each chunk op's time and "
+                 "TFLOPS");
   int chunk_tokens = -1;
   app.add_option("--chunk-tokens", chunk_tokens,
                  "prompt tokens per chunk step (prefill; -1: the default, 0: prompts one token per step)")
@@ -476,6 +488,7 @@ int run(int argc, char** argv) {
       }
     }
     r.median_ms = median(r.ttft_ms);
+    for (int op = 0; op < mk::kNumOps; ++op) r.flops.push_back(mk::chunk_op_flops(cfg, mk::Op(op), 0, r.chunked_tokens));
     prompt_results.push_back(r);
   }
 
@@ -523,9 +536,14 @@ int run(int argc, char** argv) {
                            {"ttft_ms", r.median_ms},
                            {"ttft_all_ms", r.ttft_ms},
                            {"prompt_tok_per_s", r.length / (r.median_ms * 1e-3)},
-                           {"chunked_tokens", r.chunked_tokens}};
+                           {"chunked_tokens", r.chunked_tokens},
+                           {"tflops", r.tflops()}};
       for (size_t op = 0; op < r.exec_ms.size(); ++op)
-        if (r.exec_ms[op] > 0) pr["profile_ms"][mk::op_name(mk::Op(op))] = {{"exec", r.exec_ms[op]}, {"wait", r.wait_ms[op]}};
+        if (r.exec_ms[op] > 0) {
+          nlohmann::json& o = pr["profile_ms"][mk::op_name(mk::Op(op))];
+          o = {{"exec", r.exec_ms[op]}, {"wait", r.wait_ms[op]}};
+          if (r.op_tflops(op) > 0) o["tflops"] = r.op_tflops(op);
+        }
       j["prompts"].push_back(pr);
     }
     fmt::print("{}\n", j.dump(2));
@@ -556,12 +574,14 @@ int run(int argc, char** argv) {
     fmt::print("\ntime to first token (a prompt of random ids from an empty context, then one token; median of {}):\n", reps);
     fmt::print("{:>7} {:>12} {:>16}\n", "prompt", "ttft ms", "prompt tok/s");
     for (const auto& r : prompt_results) {
-      fmt::print("{:>7} {:>12.2f} {:>16.0f}   ({} tokens in chunk steps)\n", r.length, r.median_ms, r.length / (r.median_ms * 1e-3),
-                 r.chunked_tokens);
-      for (size_t op = 0; op < r.exec_ms.size(); ++op)
-        if (r.exec_ms[op] > 0)
-          fmt::print("        {:<16} exec {:8.3f} ms  wait {:8.3f} ms (mean over workgroups)\n", mk::op_name(mk::Op(op)), r.exec_ms[op],
-                     r.wait_ms[op]);
+      fmt::print("{:>7} {:>12.2f} {:>16.0f}   ({} tokens in chunk steps, {:.0f} TFLOPS over the time to first token)\n", r.length,
+                 r.median_ms, r.length / (r.median_ms * 1e-3), r.chunked_tokens, r.tflops());
+      for (size_t op = 0; op < r.exec_ms.size(); ++op) {
+        if (r.exec_ms[op] <= 0) continue;
+        const std::string rate = r.op_tflops(op) > 0 ? fmt::format("  {:5.0f} TFLOPS", r.op_tflops(op)) : "";
+        fmt::print("        {:<16} exec {:8.3f} ms  wait {:8.3f} ms (mean over workgroups){}\n", mk::op_name(mk::Op(op)), r.exec_ms[op],
+                   r.wait_ms[op], rate);
+      }
     }
   }
   if (profile) {

@@ -12,6 +12,7 @@
 #include "host/emulator/emulator.h"
 #include "runtime/error.h"
 #include "runtime/model.h"
+#include "runtime/prefill_flops.h"
 #include "runtime/reference.h"
 #include "tests/helpers/emulator_vs_reference.h"
 #include "tests/helpers/error_of.h"
@@ -157,6 +158,23 @@ TEST(ChunkSchedule, PlanningChecksTheModelAndTheSize) {
   EXPECT_EQ(plan_chunk_steps(odd, -1, 4096), 0);  // prompts go one token per step
   EXPECT_THAT(test::error_of([&] { plan_chunk_steps(odd, 64, 4096); }),
               HasSubstr("chunk steps (prefill) are not available for this model: head_dim 24"));
+}
+
+// Llama-3.1-8B's shape (32 layers, hidden 4,096, 32 query and 8 kv heads of 128, MLP 14,336), counted
+// by hand: a matrix op is 2 x tokens x K x N per layer.
+TEST(PrefillFlops, MatrixOpsAndCausalAttentionAtLlama8B) {
+  ModelConfig c;
+  c.num_layers = 32, c.hidden_size = 4096, c.num_heads = 32, c.num_kv_heads = 8, c.head_dim = 128, c.intermediate_size = 14336;
+  EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkQKV, 0, 4096), 6597069766656.0);      // 2 * 4096 * 4096 * 6144 * 32
+  EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkOProj, 0, 4096), 4398046511104.0);    // 2 * 4096 * 4096 * 4096 * 32
+  EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkGateUp, 0, 4096), 30786325577728.0);  // 2 * 4096 * 4096 * 28672 * 32
+  EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkDown, 0, 4096), 15393162788864.0);    // 2 * 4096 * 14336 * 4096 * 32
+  // 4 * 4096 (q_dim) * (1 + 2 + ... + 4096) * 32 layers; a chunk after 4,096 cached positions adds
+  // 4,096 pairs for each of its tokens.
+  EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkAttention, 0, 4096), 4.0 * 4096 * (4096.0 * 4097 / 2) * 32);
+  EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkAttention, 4096, 1), 4.0 * 4096 * 4097 * 32);
+  EXPECT_EQ(chunk_op_flops(c, Op::ChunkNorm, 0, 4096), 0.0);
+  EXPECT_EQ(chunk_op_flops(c, Op::GateUp, 0, 4096), 0.0);
 }
 
 struct PrefillCase {
