@@ -196,11 +196,9 @@ TEST_P(PrefillVsReference, LastPositionLogitsAndContinuation) {
   spec.max_position = 8192;
   if (pc.arch == Arch::Qwen3) spec.head_dim = 32;
   if (pc.quantize != Quantize::None) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
-  const auto dir = test::make_temp_dir("prefill-ref");
-  test::write_tiny_model(dir, spec);
   LoadOptions load;
   load.quantize = pc.quantize;
-  auto model = load_model(dir, load);
+  auto model = load_tiny_model(spec, "prefill-ref", load);
   ASSERT_EQ(matrix_format_quantized(model->formats.body), pc.quantize != Quantize::None);
   const auto prompt = prompt_of(pc.prompt, model->config.vocab_size);
   const int n = 6;

@@ -342,6 +342,21 @@ static void check_all(const Problem& p, bool variants) {
   }
 }
 
+// The big product with weights of format kW: its first 8 rows checked, then timed.
+template <MatrixFormat kW>
+static void check_and_time_big() {
+  Problem q{1024, 14336, 4096, kW};
+  make_problem(q, 100, 8);
+  float* dc;
+  CHECK(cudaMalloc(&dc, size_t(q.M) * q.N * 4));
+  check<PublicWide, kW>(q, "chunk_gemm_tile wide (big)");
+  time_variant<Public, kW>(q, dc, "chunk_gemm_tile");
+  time_variant<PublicWide, kW>(q, dc, "chunk_gemm_tile wide");
+  time_variant<Wgmma256S3, kW>(q, dc, "wgmma 256 x3");
+  CHECK(cudaFree(dc));
+  free_problem(q);
+}
+
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -397,24 +412,8 @@ int main() {
   free_problem(big);
 
   // The same product with quantized weights (expanded to bf16 in the tiles).
-  for (MatrixFormat w : {I4, F8}) {
-    Problem q{1024, 14336, 4096, w};
-    make_problem(q, 100, 8);
-    CHECK(cudaMalloc(&dc, size_t(q.M) * q.N * 4));
-    if (w == I4) {
-      check<PublicWide, I4>(q, "chunk_gemm_tile wide (big)");
-      time_variant<Public, I4>(q, dc, "chunk_gemm_tile");
-      time_variant<PublicWide, I4>(q, dc, "chunk_gemm_tile wide");
-      time_variant<Wgmma256S3, I4>(q, dc, "wgmma 256 x3");
-    } else {
-      check<PublicWide, F8>(q, "chunk_gemm_tile wide (big)");
-      time_variant<Public, F8>(q, dc, "chunk_gemm_tile");
-      time_variant<PublicWide, F8>(q, dc, "chunk_gemm_tile wide");
-      time_variant<Wgmma256S3, F8>(q, dc, "wgmma 256 x3");
-    }
-    CHECK(cudaFree(dc));
-    free_problem(q);
-  }
+  check_and_time_big<I4>();
+  check_and_time_big<F8>();
 
   std::printf(failures ? "FAIL: %d check(s) failed\n" : "PASS: all checks passed\n", failures);
   return failures ? 1 : 0;

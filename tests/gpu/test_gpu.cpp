@@ -399,11 +399,9 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
     spec.dtype = sh.dtype;
     spec.max_position = 8192;
     spec.eos = {};
-    const auto dir = test::make_temp_dir("gpu-prefill");
-    test::write_tiny_model(dir, spec);
     LoadOptions load;
     load.quantize = sh.quantize;
-    auto model = load_model(dir, load);
+    auto model = load_tiny_model(spec, "gpu-prefill", load);
     const char* quantized = sh.quantize == Quantize::Int4 ? ", layers int4" : sh.quantize == Quantize::Fp8 ? ", layers fp8" : "";
     const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}{}", arch_name(sh.arch), sh.head_dim, sh.heads,
                                           sh.kv_heads, dtype_name(sh.dtype), quantized);

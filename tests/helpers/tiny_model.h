@@ -17,11 +17,12 @@ using synthetic::TinyModelSpec;
 using synthetic::write_safetensors;
 using synthetic::write_tiny_model;
 
-// A tiny random model of `spec`, written to a fresh temporary directory (named after `tag`) and loaded.
-inline std::unique_ptr<Model> load_tiny_model(const TinyModelSpec& spec, const std::string& tag) {
+// A tiny random model of `spec`, written to a fresh temporary directory (named after `tag`) and loaded
+// with `load` (load-time quantization, say).
+inline std::unique_ptr<Model> load_tiny_model(const TinyModelSpec& spec, const std::string& tag, const LoadOptions& load = {}) {
   const auto dir = make_temp_dir(tag);
   write_tiny_model(dir, spec);
-  return load_model(dir);
+  return load_model(dir, load);
 }
 
 // A long prompt of `n` ids for the tiny models' 160-token vocabulary: id (37 i + 11) mod 160, which
