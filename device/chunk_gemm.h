@@ -522,20 +522,27 @@ __device__ __forceinline__ void chunk_gemm_tile_wgmma(RowA a_row, int m_valid, R
 }
 #endif
 
-// chunk_gemm_tile on the 128 x 128 tiles of the warp-level path (the FMA path where that is absent), one
-// after another across the columns.
-template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
-__device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+// A tile of n_valid columns as 128-column ones, one after another: run(b_row, n_valid, epilogue) for each,
+// with its own weight rows and columns.
+template <class RowB, class Epilogue, class Run>
+__device__ __forceinline__ void for_each_narrow_tile(RowB b_row, int n_valid, Epilogue epilogue, Run run) {
   for (int n0 = 0; n0 < n_valid; n0 += 128) {
     auto b = [&](int n) { return b_row(n0 + n); };
     auto epi = [&](int m, int n, float v0, float v1) { epilogue(m, n0 + n, v0, v1); };
-    const int nv = n_valid - n0 < 128 ? n_valid - n0 : 128;
+    run(b, n_valid - n0 < 128 ? n_valid - n0 : 128, epi);
+  }
+}
+
+// chunk_gemm_tile on the 128 x 128 tiles of the warp-level path (the FMA path where that is absent).
+template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
+__device__ void chunk_gemm_tile_narrow(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
+  for_each_narrow_tile(b_row, n_valid, epilogue, [&](auto b, int nv, auto epi) {
 #if MK_WARP_MMA
     chunk_gemm_tile_mma<ChunkGemmTile, kW>(a_row, m_valid, b, nv, K, smem, epi);
 #else
     chunk_gemm_tile_fma<kW>(a_row, m_valid, b, nv, K, smem, epi);
 #endif
-  }
+  });
 }
 
 // The tile C = A * B^T (128 rows x up to kChunkGemmMaxCols columns, fp32 accumulation). B holds weight
@@ -556,11 +563,9 @@ template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ __forceinline__ void chunk_gemm_tile(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
 #if MK_WGMMA
   if constexpr (!chunk_gemm_wide_tiles(kW)) {
-    for (int n0 = 0; n0 < n_valid; n0 += 128) {
-      auto b = [&](int n) { return b_row(n0 + n); };
-      auto epi = [&](int m, int n, float v0, float v1) { epilogue(m, n0 + n, v0, v1); };
-      chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kW>(a_row, m_valid, b, n_valid - n0 < 128 ? n_valid - n0 : 128, K, smem, epi);
-    }
+    for_each_narrow_tile(b_row, n_valid, epilogue, [&](auto b, int nv, auto epi) {
+      chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<128>, kW>(a_row, m_valid, b, nv, K, smem, epi);
+    });
   } else if (n_valid > 128) {
     chunk_gemm_tile_wgmma<ChunkGemmWgmmaShape<256>, kW>(a_row, m_valid, b_row, n_valid, K, smem, epilogue);
   } else {

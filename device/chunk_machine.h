@@ -3,6 +3,7 @@
 // chunk-step buffers addressed by token. Shared by the chunk ops (device/ops/chunk_*.h). Device code only.
 #pragma once
 
+#include "device/chunk_gemm.h"
 #include "device/gemv.h"
 #include "device/kernel_params.h"
 #include "device/platform.h"
@@ -13,7 +14,7 @@ namespace mk::dev {
 template <MatrixFormat Format>
 struct ChunkMachine {
   static constexpr MatrixFormat kFormat = Format;
-  static constexpr bool kF16 = Format == MatrixFormat::F16;  // 16-bit activations: f16, else bf16 (kChunkGemmF16)
+  static constexpr bool kF16 = kChunkGemmF16<Format>;  // 16-bit activations: f16, else bf16
   const KernelParams& p;
   uint8_t* smem;
   uint32_t chunk;
