@@ -1,12 +1,15 @@
 // Causal attention of a block of prompt tokens over the KV cache (prefill), one kv head per call: the G
 // query heads that share it, for up to chunk_attention_tile_tokens(G) consecutive tokens. Query token t
-// sits at position first_pos + t and attends keys [0, first_pos + t], whose K/V are already cached.
+// sits at position first_pos + t and attends keys [0, first_pos + t], whose K/V are already cached; in a
+// sliding-window layer (window w > 0) only the last w of them, [first_pos + t - w + 1, first_pos + t].
 //
 // Arithmetic (the CPU emulator's): keys in tiles of 64 positions aligned to multiples of 64, an online
 // softmax per query row across tiles (running max m, sum l of the fp32 weights, output o), the weights
 // rounded to bf16 before they multiply V (they are the A operand of the P*V MMA), fp32 accumulation,
 // output o / l rounded to bf16 (or f16) to nearest even. exp(x - m) is computed as exp2 with the scale
-// and log2(e) folded into one multiplier, which assumes scale > 0.
+// and log2(e) folded into one multiplier, which assumes scale > 0. Keys outside a row's window score -inf;
+// tiles that hold no key of any row's window are skipped, and a row whose keys in a tile are all outside
+// its window takes nothing from it (its running max stays -inf and counts as 0 in the exponents).
 //
 // Two paths behind one interface:
 // - tensor cores (MK_WARP_MMA, head_dim 32, 64 or 128): FlashAttention-2 style. A task is one query head
@@ -153,8 +156,8 @@ __device__ __forceinline__ void stage_kv(uint16_t* dst, const uint16_t* src, int
 // form measured 5% faster this way (H200).
 template <int D, bool kF16Out>
 __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride, const uint16_t* k, const uint16_t* v,
-                                                 int first_pos, int tokens, int group_size, float scale, uint16_t* out,
-                                                 int out_stride, uint8_t* smem) {
+                                                 int first_pos, int tokens, int group_size, float scale, int window,
+                                                 uint16_t* out, int out_stride, uint8_t* smem) {
   constexpr int kPieces = D / 8;            // 16-byte pieces a row
   constexpr int kSplit = mma_split(D);      // warps a task
   constexpr int kSlots = mma_slots(D);      // tasks a round
@@ -205,17 +208,21 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
         *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
       }
     }
-    // The round's last position: of its last token slice (all slices if the round spans a head).
-    int round_last_t = 0;
-    for (int task = round0; task < min(round0 + kSlots, n_tasks); ++task)
+    // The round's first and last positions: of its first and last token slices (all slices if the
+    // round spans a head). Its tiles: from the one holding its first row's first key.
+    int round_first_t = tokens, round_last_t = 0;
+    for (int task = round0; task < min(round0 + kSlots, n_tasks); ++task) {
+      round_first_t = min(round_first_t, (task % slices) * kTaskRows);
       round_last_t = max(round_last_t, min((task % slices) * kTaskRows + kTaskRows, tokens) - 1);
+    }
     const int n_tiles = (first_pos + round_last_t) / kKeyTile + 1;
+    const int first_tile = window > 0 ? max(0, first_pos + round_first_t - window + 1) / kKeyTile : 0;
     // Loads in order K0, V0, K1, V1, ... into slots 0, 1, 2, 0, ...: K of tile i + 1 replaces V of tile
     // i - 1 (free once the barrier before tile i's scores is passed), V of tile i + 1 replaces K of tile
     // i (free at the barrier before tile i's P V). One group a load; each wait leaves the newest pending.
-    stage_kv<D>(kv, k, 0, last_pos + 1);
+    stage_kv<D>(kv, k, first_tile * kKeyTile, last_pos + 1 - first_tile * kKeyTile);
     commit_async_group();
-    stage_kv<D>(kv + kSlotElems, v, 0, last_pos + 1);
+    stage_kv<D>(kv + kSlotElems, v, first_tile * kKeyTile, last_pos + 1 - first_tile * kKeyTile);
     commit_async_group();
 
     const int task = round0 + warp / kSplit;
@@ -224,6 +231,7 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
     const int warp_min_pos = first_pos + t0;
     const int warp_max_pos = first_pos + min(t0 + kTaskRows, tokens) - 1;
     const int warp_tiles = active ? warp_max_pos / kKeyTile + 1 : 0;
+    const int warp_first_tile = window > 0 ? max(0, warp_min_pos - window + 1) / kKeyTile : 0;
     // Positions of this lane's rows lane / 4 and lane / 4 + 8. Rows past the block's tokens (not stored)
     // attend up to their own position too: their keys past the last position are zero, so stay finite.
     const int pos0 = first_pos + t0 + (lane >> 2);
@@ -235,7 +243,7 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
     float m0 = kNegInf, m1 = kNegInf, l0 = 0.f, l1 = 0.f;  // l: this lane's share of its keys' sums
 
     int k_slot = 0;
-    for (int it = 0; it < n_tiles; ++it) {
+    for (int it = first_tile; it < n_tiles; ++it) {
       const int v_slot = k_slot == 2 ? 0 : k_slot + 1, next_slot = v_slot == 2 ? 0 : v_slot + 1;
       const int tile_pos = it * kKeyTile, key_pos = tile_pos + half * kKeys;
       wait_async_groups(1);
@@ -243,7 +251,7 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
       if (it + 1 < n_tiles) stage_kv<D>(kv + next_slot * kSlotElems, k, tile_pos + kKeyTile, last_pos + 1 - tile_pos - kKeyTile);
       commit_async_group();
 
-      const bool work = it < warp_tiles;
+      const bool work = it < warp_tiles && it >= warp_first_tile;
       // 16-key groups of the tile that some row of the task attends (the rest are skipped), and of them
       // those in this warp's keys.
       const int live = work ? min(4, (warp_max_pos - tile_pos) / 16 + 1) : 0;
@@ -253,11 +261,12 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
       // 2 (lane % 4) + {0, 1}, + 8)].
       uint32_t p[kKeys / 16][4];
       float mx0 = m0, mx1 = m1;
-      // Online softmax step once mx holds the tile's row maxima. Tile 0 holds position 0, so m is finite
-      // from the first tile on and corr is 0 there.
+      // Online softmax step once mx holds the tile's row maxima. A row with no key yet (its maximum still
+      // -inf: outside its window so far) takes 0 for it, so that its weights and corr are 0, not NaN.
       auto softmax = [&] {
-        const float corr0 = exp2_ftz((m0 - mx0) * c2), corr1 = exp2_ftz((m1 - mx1) * c2);
-        const float off0 = -mx0 * c2, off1 = -mx1 * c2;
+        const float mz0 = mx0 == kNegInf ? 0.f : mx0, mz1 = mx1 == kNegInf ? 0.f : mx1;
+        const float corr0 = exp2_ftz((m0 - mz0) * c2), corr1 = exp2_ftz((m1 - mz1) * c2);
+        const float off0 = -mz0 * c2, off1 = -mz1 * c2;
         float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
         for (int n = 0; n < kKeys / 8; ++n) {
@@ -298,14 +307,24 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
             }
           }
         }
+        const int rel = pos0 - key_pos - 2 * (lane & 3);  // row lane / 4 attends key offsets <= rel
         if (key_pos + kKeys - 1 > warp_min_pos) {  // the keys reach past some row's position
-          const int rel = pos0 - key_pos - 2 * (lane & 3);  // row lane / 4 attends key offsets <= rel
 #pragma unroll
           for (int n = 0; n < kKeys / 8; ++n) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               if (8 * n + e > rel) s[n][e] = kNegInf;
               if (8 * n + e > rel + 8) s[n][2 + e] = kNegInf;
+            }
+          }
+        }
+        if (window > 0 && key_pos < warp_max_pos - window + 1) {  // some keys lie before some row's window
+#pragma unroll
+          for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              if (8 * n + e <= rel - window) s[n][e] = kNegInf;
+              if (8 * n + e <= rel + 8 - window) s[n][2 + e] = kNegInf;
             }
           }
         }
@@ -418,8 +437,8 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
 template <bool kF16Out>
 __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_stride, const uint16_t* k,
                                                       const uint16_t* v, int first_pos, int tokens, int head_dim,
-                                                      int group_size, float scale, uint16_t* out, int out_stride,
-                                                      uint8_t* smem) {
+                                                      int group_size, float scale, int window, uint16_t* out,
+                                                      int out_stride, uint8_t* smem) {
   constexpr int kWs = MK_WARP_SIZE;
   constexpr int kWarps = kThreads / kWs;
   constexpr int kRows = kPortableRows / kWarps;  // query rows a warp owns in a pass
@@ -458,6 +477,7 @@ __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_s
     }
     const int row0 = pass0 + warp * kRows;  // this warp's first row
     const int pass_max_pos = first_pos + (min(pass0 + kPortableRows, rows_total) - 1) / G;
+    const int pass_first_tile = window > 0 ? max(0, first_pos + pass0 / G - window + 1) / kKeyTile : 0;
     const int warp_max_pos = row0 < rows_total ? first_pos + (min(row0 + kRows, rows_total) - 1) / G : -1;
     int pos[kRows];
     float m[kRows], l[kRows], o[kRows][kPer];
@@ -470,7 +490,7 @@ __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_s
       for (int i = 0; i < kPer; ++i) o[rr][i] = 0.f;
     }
 
-    for (int tile_pos = 0; tile_pos <= pass_max_pos; tile_pos += kKeyTile) {
+    for (int tile_pos = pass_first_tile * kKeyTile; tile_pos <= pass_max_pos; tile_pos += kKeyTile) {
       const bool work = tile_pos <= warp_max_pos;
       for (int half = 0; half < 2; ++half) {
         __syncthreads();  // the slot is free (and the pass's query rows are in)
@@ -496,7 +516,8 @@ __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_s
 #pragma unroll
           for (int rr = 0; rr < kRows; ++rr) {
             if (kParts == 2) s[rr] += shfl_xor(s[rr], kPortableKeys);
-            if (part == 0) my_scores[rr * kKeyTile + half * kPortableKeys + key] = kpos > pos[rr] ? kNegInf : s[rr];
+            const bool outside = kpos > pos[rr] || (window > 0 && kpos <= pos[rr] - window);
+            if (part == 0) my_scores[rr * kKeyTile + half * kPortableKeys + key] = outside ? kNegInf : s[rr];
           }
         }
       }
@@ -510,7 +531,8 @@ __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_s
           for (int key = lane; key < kKeyTile; key += kWs) mx = fmaxf(mx, sc[key]);
 #pragma unroll
           for (int off = kWs / 2; off > 0; off >>= 1) mx = fmaxf(mx, shfl_xor(mx, off));
-          const float corr = exp2f((m[rr] - mx) * c2), off = -mx * c2;
+          const float mz = mx == kNegInf ? 0.f : mx;  // no key of its window yet: weights and corr 0
+          const float corr = exp2f((m[rr] - mz) * c2), off = -mz * c2;
           float sum = 0.f;
           for (int key = lane; key < kKeyTile; key += kWs) {
             const float pk = exp2f(fmaf(sc[key], c2, off));
@@ -567,12 +589,13 @@ __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_s
 // 16-byte aligned (q_stride a multiple of 8). k, v: bf16 cache rows of this kv head, position p at
 // k + p * head_dim (v likewise), 16-byte aligned; rows past first_pos + tokens - 1 are never read.
 // out: head j of token t at out + t * out_stride + j * head_dim, bf16 or IEEE f16 (kF16Out); 4-byte
-// aligned (out_stride even). 1 <= tokens <= chunk_attention_tile_tokens(G); scale > 0; head_dim a
-// multiple of 16 up to 256 (32, 64, 128 on tensor cores). All threads; smem: chunk_attention_smem_bytes.
+// aligned (out_stride even). 1 <= tokens <= chunk_attention_tile_tokens(G); scale > 0; window: the
+// layer's sliding window in positions, 0 for none; head_dim a multiple of 16 up to 256 (32, 64, 128 on
+// tensor cores). All threads; smem: chunk_attention_smem_bytes.
 template <bool kF16Out>
 __device__ void chunk_attention_block(const uint16_t* q, int q_stride, const uint16_t* k, const uint16_t* v, int first_pos,
-                                      int tokens, int head_dim, int group_size, float scale, uint16_t* out, int out_stride,
-                                      uint8_t* smem) {
+                                      int tokens, int head_dim, int group_size, float scale, int window, uint16_t* out,
+                                      int out_stride, uint8_t* smem) {
   namespace cd = chunk_attention_detail;
   if (tokens <= 0) {
     __syncthreads();
@@ -580,13 +603,13 @@ __device__ void chunk_attention_block(const uint16_t* q, int q_stride, const uin
   }
 #if MK_WARP_MMA
   switch (head_dim) {
-    case 32: cd::chunk_attention_mma<32, kF16Out>(q, q_stride, k, v, first_pos, tokens, group_size, scale, out, out_stride, smem); return;
-    case 64: cd::chunk_attention_mma<64, kF16Out>(q, q_stride, k, v, first_pos, tokens, group_size, scale, out, out_stride, smem); return;
-    case 128: cd::chunk_attention_mma<128, kF16Out>(q, q_stride, k, v, first_pos, tokens, group_size, scale, out, out_stride, smem); return;
+    case 32: cd::chunk_attention_mma<32, kF16Out>(q, q_stride, k, v, first_pos, tokens, group_size, scale, window, out, out_stride, smem); return;
+    case 64: cd::chunk_attention_mma<64, kF16Out>(q, q_stride, k, v, first_pos, tokens, group_size, scale, window, out, out_stride, smem); return;
+    case 128: cd::chunk_attention_mma<128, kF16Out>(q, q_stride, k, v, first_pos, tokens, group_size, scale, window, out, out_stride, smem); return;
     default: break;
   }
 #endif
-  cd::chunk_attention_portable<kF16Out>(q, q_stride, k, v, first_pos, tokens, head_dim, group_size, scale, out, out_stride, smem);
+  cd::chunk_attention_portable<kF16Out>(q, q_stride, k, v, first_pos, tokens, head_dim, group_size, scale, window, out, out_stride, smem);
 }
 #endif  // device code
 

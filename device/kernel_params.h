@@ -314,13 +314,12 @@ struct KernelParams {
   const uint32_t* chunk_wg_begin;
   uint32_t chunk_first_line, chunk_final_counter, chunk_final_per_step;
   int chunk_size, chunk_act_cols;
-  MK_DECODE_CHUNK_BUFFERS(MK_KERNEL_PARAM)
+  MK_DECODE_CHUNK_FIRST_BUFFERS(MK_KERNEL_PARAM)
   int chunk_start, chunk_count, chunks;
   // One per entry of `instrs`. At the end: fields placed among the others have made kernels spill.
   const StreamRecord* stream_records;
   // Post-norm layers (LayerOffsets::post_attn_norm): o_proj's and down's rows before post_norm adds them.
   MK_DECODE_LATE_BUFFERS(MK_KERNEL_PARAM)
-#undef MK_KERNEL_PARAM
   const LayerAttentionParams* layer_attention;  // one per layer
   // The request's logit adjustments (runtime/sampling.h): with adjust_logits, the LM head adds
   // logit_adjust to each logit and the sample op adds each sampled token's penalty to its entry.
@@ -332,6 +331,9 @@ struct KernelParams {
   TokenLogprobs* out_logprobs;
   // With masks set, constrained decoding (runtime/token_automaton.h; constraint_state is a decode buffer).
   ConstraintTables constraint;
+  // Chunk steps of post-norm layers: chunk_o_proj's and chunk_down's rows before chunk_post_norm adds them.
+  MK_DECODE_CHUNK_LAST_BUFFERS(MK_KERNEL_PARAM)
+#undef MK_KERNEL_PARAM
 };
 
 // The RoPE cos row of position `pos` in a layer's table (its sin row follows context * hd/2 floats on).

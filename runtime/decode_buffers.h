@@ -84,15 +84,19 @@ struct DecodeShapes {
 
 // The chunk steps' (prefill; runtime/schedule.h's ChunkSchedule), chunk tokens each: the residual stream
 // (fp32), qkv (fp32), the 16-bit input of the next matrix op, the RoPE'd queries (bf16), the MLP
-// activations (16-bit); and the prompt tokens they run. Every chunk op reads and writes whole multiples of
-// 8 columns: cells of 8.
-#define MK_DECODE_CHUNK_BUFFERS(X)                                                                                  \
+// activations (16-bit); the prompt tokens they run; and for post-norm layers the matrix ops' rows before
+// their post-norm (fp32). Every chunk op reads and writes whole multiples of 8 columns: cells of 8. Two
+// lists, for the parameter block (its last field is the second's).
+#define MK_DECODE_CHUNK_FIRST_BUFFERS(X)                                                                            \
   X(chunk_x, float, s.chunk * s.hidden, 8, "chunk residual stream")                                                \
   X(chunk_qkv, float, s.chunk * s.qkv_rows, 8, "chunk qkv")                                                        \
   X(chunk_act, uint16_t, s.chunk * s.chunk_act_cols, 8, "chunk matrix input")                                      \
   X(chunk_q, uint16_t, s.chunk * s.q_dim, 8, "chunk queries")                                                      \
   X(chunk_h, uint16_t, s.chunk * s.intermediate, 8, "chunk mlp activations")                                       \
   X(chunk_tokens, int32_t, s.chunk > 0 ? s.context : 0, 1, "prompt tokens of the chunk steps")
+#define MK_DECODE_CHUNK_LAST_BUFFERS(X) \
+  X(chunk_projected, float, s.post_norms ? s.chunk * s.hidden : 0, 8, "chunk projected rows (before their post-norm)")
+#define MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_CHUNK_FIRST_BUFFERS(X) MK_DECODE_CHUNK_LAST_BUFFERS(X)
 
 // Placed last in the parameter block.
 #define MK_DECODE_LATE_BUFFERS(X)                                                                                   \

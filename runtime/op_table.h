@@ -24,7 +24,8 @@
 
 // Chunk-step ops run a chunk of prompt tokens through the layers at once (prefill): matrix multiplies on
 // tensor cores, causal attention over the cache. A chunk step's stages, in order, per layer: norm, qkv,
-// rope (the chunk's K/V into the cache), attention, o_proj, norm, gate_up, down.
+// rope (the chunk's K/V into the cache), attention, o_proj, norm, gate_up, down; post-norm layers (Gemma 3)
+// add a post_norm after o_proj and after down.
 #define MK_FOR_EACH_CHUNK_OP(X)         \
   X(ChunkNorm, chunk_norm)              \
   X(ChunkQKV, chunk_qkv)                \
@@ -32,6 +33,7 @@
   X(ChunkAttention, chunk_attention)    \
   X(ChunkOProj, chunk_o_proj)           \
   X(ChunkGateUp, chunk_gate_up)         \
-  X(ChunkDown, chunk_down)
+  X(ChunkDown, chunk_down)              \
+  X(ChunkPostNorm, chunk_post_norm)
 
 #define MK_FOR_EACH_OP(X) MK_FOR_EACH_STEP_OP(X) MK_FOR_EACH_CHUNK_OP(X)

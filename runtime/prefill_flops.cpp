@@ -11,9 +11,15 @@ double chunk_op_flops(const ModelConfig& c, Op op, int64_t first, int64_t tokens
     case Op::ChunkGateUp: return matrix(H, 2.0 * double(c.intermediate_size));
     case Op::ChunkDown: return matrix(double(c.intermediate_size), H);
     case Op::ChunkAttention: {
-      // Token at position p attends to p + 1 positions: Q K^T and P V, head_dim multiply-adds each.
-      const double pairs = T * double(first) + T * (T + 1) / 2;
-      return 4.0 * double(c.q_dim()) * pairs * L;
+      // Token at position p attends to min(p + 1, window) positions (window 0: p + 1): Q K^T and P V,
+      // head_dim multiply-adds each. attended(n): the pairs of positions 0 .. n - 1.
+      double pairs = 0;
+      for (int l = 0; l < c.num_layers; ++l) {
+        const double w = c.layer_slides(l) ? double(c.sliding_window) : 0.0;
+        auto attended = [&](double n) { return w == 0.0 || n <= w ? n * (n + 1) / 2 : w * (w + 1) / 2 + (n - w) * w; };
+        pairs += attended(double(first) + T) - attended(double(first));
+      }
+      return 4.0 * double(c.q_dim()) * pairs;
     }
     default: return 0.0;
   }

@@ -12,8 +12,9 @@
 namespace mk {
 
 // FLOPs of chunk-step op `op` over prompt tokens at positions [first, first + tokens) of a cache that
-// holds the positions before them, summed over the layers; 0 for the ops without products (ChunkNorm,
-// ChunkRope) and for every token-step op.
+// holds the positions before them, summed over the layers (a sliding-window layer's attention over its
+// window only); 0 for the ops without products (ChunkNorm, ChunkRope, ChunkPostNorm) and for every
+// token-step op.
 double chunk_op_flops(const ModelConfig& c, Op op, int64_t first, int64_t tokens);
 
 }  // namespace mk

@@ -3,8 +3,8 @@
 //   x += post_mlp_norm(down(gelu_tanh(gate(pre_mlp_norm(x))) * up(pre_mlp_norm(x))))
 // The embedding rows are scaled by sqrt(hidden_size); attention scores by query_pre_attn_scalar^-0.5.
 // Sliding layers attend to the last `sliding_window` positions with their own RoPE base, unscaled; the
-// global layers use rope_theta with the config's scaling. The head is tied. Chunk steps (prefill) are not
-// built for it: its layers' stages have no chunk form yet, so prompts go through token steps.
+// global layers use rope_theta with the config's scaling. The head is tied. A chunk step's layer (prefill)
+// has the same four norms (chunk_layer_stages with post-norms).
 #include <cmath>
 
 #include "runtime/step_recipe.h"
@@ -36,6 +36,7 @@ StepRecipe gemma3_recipe(const ModelConfig& c) {
   post_mlp.slot = kMlpNorm;
   post_mlp.layer_weights = {&LW::post_mlp_norm};
 
+  const std::vector<Stage> chunk = chunk_layer_stages(c);
   for (int l = 0; l < c.num_layers; ++l) {
     LayerRecipe layer;
     const bool slides = c.layer_slides(l);
@@ -47,6 +48,7 @@ StepRecipe gemma3_recipe(const ModelConfig& c) {
     layer.activation = c.activation;
     layer.norm_eps = c.rms_norm_eps;
     layer.step = {qkv, attention, o_proj, post_attn, gate_up, down, post_mlp};
+    layer.chunk = chunk;
     r.layers.push_back(std::move(layer));
   }
 

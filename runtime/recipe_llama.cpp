@@ -38,33 +38,7 @@ StepRecipe llama_family_recipe(const ModelConfig& c) {
   down.layer_weights = {&LW::w_down};
   layer.step = {qkv, attention, o_proj, gate_up, down};
 
-  // A chunk step's layer: the norms and rope are stages of their own (the matrix tiles read 16-bit
-  // normed rows; rope writes the chunk's K/V into the cache before attention reads it).
-  Stage attention_norm = make_stage(Op::ChunkNorm, Spread::ChunkTokens, "attention norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
-  attention_norm.slot = kAttentionNorm;
-  attention_norm.layer_weights = {&LW::attn_norm};
-  Stage chunk_qkv = make_stage(Op::ChunkQKV, Spread::ChunkTiles, "qkv", group_rows * uint32_t(c.num_kv_heads), Buffer::ChunkNormed, Buffer::ChunkQKV);
-  chunk_qkv.tile_cols = kChunkMatrixCols;
-  chunk_qkv.layer_weights = {&LW::wq, &LW::wk, &LW::wv};
-  if (c.qkv_bias) chunk_qkv.layer_weights.insert(chunk_qkv.layer_weights.end(), {&LW::bq, &LW::bk, &LW::bv});
-  Stage rope = make_stage(Op::ChunkRope, Spread::ChunkTokens, "rope", 0, Buffer::ChunkQKV, Buffer::ChunkQKV);
-  if (c.qk_norm) rope.layer_weights = {&LW::q_norm, &LW::k_norm};
-  Stage chunk_attention = make_stage(Op::ChunkAttention, Spread::ChunkGroupTiles, "attention", uint32_t(c.num_kv_heads), Buffer::ChunkQKV,
-                                Buffer::ChunkAttention);
-  Stage chunk_o_proj = make_stage(Op::ChunkOProj, Spread::ChunkTiles, "o_proj", hidden, Buffer::ChunkAttention, Buffer::ChunkResidual, true);
-  chunk_o_proj.tile_cols = kChunkMatrixCols;
-  chunk_o_proj.layer_weights = {&LW::wo};
-  Stage mlp_norm = make_stage(Op::ChunkNorm, Spread::ChunkTokens, "mlp norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
-  mlp_norm.slot = kMlpNorm;
-  mlp_norm.layer_weights = {&LW::mlp_norm};
-  // A gate_up tile's columns are kChunkMatrixCols / 2 columns of h: a gate and an up row each.
-  Stage chunk_gate_up = make_stage(Op::ChunkGateUp, Spread::ChunkTiles, "gate_up", inter, Buffer::ChunkNormed, Buffer::ChunkH);
-  chunk_gate_up.tile_cols = kChunkMatrixCols / 2;
-  chunk_gate_up.layer_weights = {&LW::w_gate, &LW::w_up};
-  Stage chunk_down = make_stage(Op::ChunkDown, Spread::ChunkTiles, "down", hidden, Buffer::ChunkH, Buffer::ChunkResidual, true);
-  chunk_down.tile_cols = kChunkMatrixCols;
-  chunk_down.layer_weights = {&LW::w_down};
-  layer.chunk = {attention_norm, chunk_qkv, rope, chunk_attention, chunk_o_proj, mlp_norm, chunk_gate_up, chunk_down};
+  layer.chunk = chunk_layer_stages(c);
   r.layers.assign(size_t(c.num_layers), layer);
 
   r.last = head_stages(c);

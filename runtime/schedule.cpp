@@ -57,8 +57,8 @@ int plan_chunk_steps(const ModelConfig& c, int requested, int context) {
   else if (c.hidden_size % 32 != 0 || c.q_dim() % 32 != 0 || c.intermediate_size % 32 != 0)
     why = fmt::format("hidden_size {}, num_heads x head_dim {} and intermediate_size {} must be multiples of 32", c.hidden_size,
                       c.q_dim(), c.intermediate_size);
-  else if (c.head_dim % 16 != 0 || c.head_dim > 128)
-    why = fmt::format("head_dim {} (chunk attention takes multiples of 16 up to 128)", c.head_dim);
+  else if (c.head_dim % 16 != 0 || c.head_dim > 256)
+    why = fmt::format("head_dim {} (chunk attention takes multiples of 16 up to 256)", c.head_dim);
   if (why.empty()) return plan_chunk_tokens(requested, context);
   if (requested > 0) fail("chunk steps (prefill) are not available for this model: {}", why);
   return 0;
@@ -68,6 +68,7 @@ std::string Schedule::describe(const Instr& in) const {
   const std::string layer_op = fmt::format("layer {} {}", in.layer, op_name(in.op));
   switch (in.op) {
     case Op::ChunkNorm:
+    case Op::ChunkPostNorm:
       return fmt::format("{} ({}) tokens [{}, {})", layer_op, in.slot == kAttentionNorm ? "attention norm" : "mlp norm", in.begin, in.end);
     case Op::ChunkRope: return fmt::format("{} tokens [{}, {})", layer_op, in.begin, in.end);
     case Op::ChunkAttention:
@@ -253,7 +254,7 @@ bool claims_rows(const ClaimedRows& cr, const Builder& b, Op op, uint32_t rows, 
 ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, int W, int C, bool wide_tiles) {
   ChunkSchedule cs;
   cs.tokens = C;
-  cs.attention_tokens = chunk_attention_tokens(c.group_size());
+  cs.attention_tokens = chunk_attention_tokens(c.group_size(), c.head_dim);
   Builder b(W);
   const uint32_t token_tiles = uint32_t((C + kChunkMatrixTokens - 1) / kChunkMatrixTokens);
   const uint32_t attention_tiles = uint32_t((C + cs.attention_tokens - 1) / cs.attention_tokens);
@@ -278,6 +279,7 @@ ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, in
           for (uint32_t n = 0; n < st.rows; n += cols) {
             Instr in = make(st.op, l, n, std::min(st.rows, n + cols), 0);
             in.slot = uint16_t(m);
+            if (st.writes == Buffer::ChunkProjected) in.flags |= kWritesProjected;
             v.push_back(in);
           }
         break;

@@ -63,6 +63,7 @@ inline constexpr uint8_t kSignalsHSlices = 1, kWaitsHSlices = 2;
 inline constexpr uint8_t kClaimsRows = 4;
 // kWritesProjected: an o_proj or down block of a post-norm layer (its recipe stage does not add): it
 // writes its rows to the projected buffer, which the post_norm stage after it normalises and adds to x.
+// Chunk steps: a chunk_o_proj or chunk_down tile writes the chunk's projected rows (chunk_post_norm's).
 inline constexpr uint8_t kWritesProjected = 8;
 
 struct Instr {
@@ -70,11 +71,12 @@ struct Instr {
   uint8_t num_waits = 0;
   uint16_t layer = 0;
   // Output rows [begin, end); Attention: begin = kv group, end = split. Chunk steps: ChunkNorm and
-  // ChunkRope: the chunk's tokens [begin, end); the matrix ops: output columns [begin, end);
+  // ChunkRope, ChunkPostNorm: the chunk's tokens [begin, end); the matrix ops: output columns [begin, end);
   // ChunkAttention: begin = kv group.
   uint32_t begin = 0, end = 0;
   // LMHead: its partial-argmax slot. PostNorm: which norm (kAttentionNorm, kMlpNorm). Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
-  // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm: which norm (kAttentionNorm, kMlpNorm).
+  // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm, ChunkPostNorm: which norm (kAttentionNorm,
+  // kMlpNorm).
   uint16_t slot = 0;
   uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices, kClaimsRows, kWritesProjected
   uint8_t reserved = 0;
@@ -201,9 +203,15 @@ inline bool chunk_tiles_wide(uint32_t tiles, uint32_t wide_tiles, int workgroups
   const uint32_t w = uint32_t(workgroups > 0 ? workgroups : 1);
   return double((wide_tiles + w - 1) / w) * kChunkWideTileCost < double((tiles + w - 1) / w);
 }
-// Query tokens of one chunk attention instruction: 16 per warp task, as many tasks as 16 warps take for
-// a group of G query heads (device/chunk_attention.h).
-MK_HD_INLINE constexpr int chunk_attention_tokens(int group_size) { return 16 * (group_size >= 16 ? 1 : 16 / group_size); }
+// Query tokens of one chunk attention instruction (device/chunk_attention.h). Head sizes with a
+// tensor-core form (32, 64, 128): 16 per warp task, as many tasks as 16 warps take for a group of G query
+// heads. Others take the portable form, which runs 32 query rows a pass: one pass's tokens, so that a
+// chunk's attention spreads over as many workgroups as it can (Gemma 3's one kv head of 256: 8 tokens, 128
+// instructions a 1,024-token chunk, where 64-token ones made 16 and left the other workgroups waiting).
+MK_HD_INLINE constexpr int chunk_attention_tokens(int group_size, int head_dim) {
+  if (head_dim == 32 || head_dim == 64 || head_dim == 128) return 16 * (group_size >= 16 ? 1 : 16 / group_size);
+  return group_size >= 32 ? 1 : (32 + group_size - 1) / group_size;
+}
 
 // The chunk steps of a launch (prefill), a program of their own that every workgroup runs before its
 // token steps: chunk k runs tokens [k * tokens, ...) of the prompt. Their counters are flat and follow

@@ -23,6 +23,7 @@ const char* buffer_name(Buffer b) {
     case Buffer::ChunkAttention: return "chunk attention";
     case Buffer::ChunkH: return "chunk h";
     case Buffer::ChunkResidual: return "chunk residual";
+    case Buffer::ChunkProjected: return "chunk projected";
   }
   return "?";
 }
@@ -79,6 +80,49 @@ std::vector<Stage> head_stages(const ModelConfig& c) {
   return {lm_head, sample};
 }
 
+std::vector<Stage> chunk_layer_stages(const ModelConfig& c) {
+  using LW = LayerWeights;
+  const uint32_t hidden = uint32_t(c.hidden_size), inter = uint32_t(c.intermediate_size);
+  const uint32_t qkv_rows = uint32_t((c.group_size() + 2) * c.head_dim) * uint32_t(c.num_kv_heads);
+  // Post-norm layers: o_proj and down write the projected rows, and a post_norm adds their norm.
+  const Buffer projected = c.post_norms ? Buffer::ChunkProjected : Buffer::ChunkResidual;
+  auto post_norm = [&](const char* name, uint16_t slot, TensorView LW::*weight) {
+    Stage st = make_stage(Op::ChunkPostNorm, Spread::ChunkTokens, name, 0, Buffer::ChunkProjected, Buffer::ChunkResidual, true);
+    st.slot = slot;
+    st.layer_weights = {weight};
+    return st;
+  };
+
+  Stage attention_norm = make_stage(Op::ChunkNorm, Spread::ChunkTokens, "attention norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
+  attention_norm.slot = kAttentionNorm;
+  attention_norm.layer_weights = {&LW::attn_norm};
+  Stage qkv = make_stage(Op::ChunkQKV, Spread::ChunkTiles, "qkv", qkv_rows, Buffer::ChunkNormed, Buffer::ChunkQKV);
+  qkv.tile_cols = kChunkMatrixCols;
+  qkv.layer_weights = {&LW::wq, &LW::wk, &LW::wv};
+  if (c.qkv_bias) qkv.layer_weights.insert(qkv.layer_weights.end(), {&LW::bq, &LW::bk, &LW::bv});
+  Stage rope = make_stage(Op::ChunkRope, Spread::ChunkTokens, "rope", 0, Buffer::ChunkQKV, Buffer::ChunkQKV);
+  if (c.qk_norm) rope.layer_weights = {&LW::q_norm, &LW::k_norm};
+  Stage attention = make_stage(Op::ChunkAttention, Spread::ChunkGroupTiles, "attention", uint32_t(c.num_kv_heads), Buffer::ChunkQKV,
+                               Buffer::ChunkAttention);
+  Stage o_proj = make_stage(Op::ChunkOProj, Spread::ChunkTiles, "o_proj", hidden, Buffer::ChunkAttention, projected, !c.post_norms);
+  o_proj.tile_cols = kChunkMatrixCols;
+  o_proj.layer_weights = {&LW::wo};
+  Stage mlp_norm = make_stage(Op::ChunkNorm, Spread::ChunkTokens, "mlp norm", 0, Buffer::ChunkResidual, Buffer::ChunkNormed);
+  mlp_norm.slot = kMlpNorm;
+  mlp_norm.layer_weights = {&LW::mlp_norm};
+  // A gate_up tile's columns are kChunkMatrixCols / 2 columns of h: a gate and an up row each.
+  Stage gate_up = make_stage(Op::ChunkGateUp, Spread::ChunkTiles, "gate_up", inter, Buffer::ChunkNormed, Buffer::ChunkH);
+  gate_up.tile_cols = kChunkMatrixCols / 2;
+  gate_up.layer_weights = {&LW::w_gate, &LW::w_up};
+  Stage down = make_stage(Op::ChunkDown, Spread::ChunkTiles, "down", hidden, Buffer::ChunkH, projected, !c.post_norms);
+  down.tile_cols = kChunkMatrixCols;
+  down.layer_weights = {&LW::w_down};
+
+  if (!c.post_norms) return {attention_norm, qkv, rope, attention, o_proj, mlp_norm, gate_up, down};
+  return {attention_norm, qkv, rope, attention, o_proj, post_norm("attention post_norm", kAttentionNorm, &LW::post_attn_norm),
+          mlp_norm, gate_up, down, post_norm("mlp post_norm", kMlpNorm, &LW::post_mlp_norm)};
+}
+
 StepRecipe build_step_recipe(const ModelConfig& config) {
   StepRecipe r;
   switch (config.arch) {
@@ -104,7 +148,7 @@ bool op_fits_spread(Op op, Spread s) {
     case Spread::GroupSplits: return op == Op::Attention;
     case Spread::Rows: return op == Op::OProj || op == Op::GateUp || op == Op::Down || op == Op::PostNorm;
     case Spread::VocabRows: return op == Op::LMHead;
-    case Spread::ChunkTokens: return op == Op::ChunkNorm || op == Op::ChunkRope;
+    case Spread::ChunkTokens: return op == Op::ChunkNorm || op == Op::ChunkRope || op == Op::ChunkPostNorm;
     case Spread::ChunkTiles: return op == Op::ChunkQKV || op == Op::ChunkOProj || op == Op::ChunkGateUp || op == Op::ChunkDown;
     case Spread::ChunkGroupTiles: return op == Op::ChunkAttention;
   }

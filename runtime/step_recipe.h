@@ -36,6 +36,7 @@ enum class Buffer : uint8_t {
   ChunkAttention,  // chunk steps: attention's output [C, q_dim]
   ChunkH,        // chunk steps: [C, intermediate]
   ChunkResidual,  // chunk steps: the chunk's residual rows [C, hidden]
+  ChunkProjected,  // chunk steps: a matrix stage's output before its post-norm and residual add [C, hidden]
 };
 const char* buffer_name(Buffer b);
 
@@ -47,7 +48,7 @@ enum class Spread : uint8_t {
   Rows,         // contiguous row blocks, one per workgroup or per narrow workgroup (`rows` rows); `slot` goes
                 // to every block (post_norm: which norm)
   VocabRows,    // one row block per workgroup, each with its partial-argmax slot (lm_head)
-  ChunkTokens,  // the chunk's tokens split over the workgroups (a norm, rope)
+  ChunkTokens,  // the chunk's tokens split over the workgroups (a norm, rope, a post-norm)
   ChunkTiles,   // token tiles x column tiles of `tile_cols` columns (`rows` output columns)
   ChunkGroupTiles,  // attention's query-token tiles x kv groups
 };
@@ -58,7 +59,7 @@ struct Stage {
   std::string name;         // in counter names and diagnostics: "qkv", "attention norm"
   uint32_t rows = 0;        // output rows (GroupRows: of one kv group; chunk matrix stages: output columns)
   uint32_t tile_cols = 0;   // ChunkTiles: columns of one tile
-  uint16_t slot = 0;        // ChunkNorm, PostNorm: which norm (kAttentionNorm, kMlpNorm)
+  uint16_t slot = 0;        // ChunkNorm, PostNorm, ChunkPostNorm: which norm (kAttentionNorm, kMlpNorm)
   Buffer reads = Buffer::Residual;
   Buffer writes = Buffer::Residual;
   bool adds = false;        // adds its output to `writes` (the residual add) instead of overwriting it
@@ -123,6 +124,12 @@ Stage make_stage(Op op, Spread spread, std::string name, uint32_t rows, Buffer r
 // the head) and sample.
 std::vector<Stage> embed_stages(const ModelConfig& config);
 std::vector<Stage> head_stages(const ModelConfig& config);
+
+// A chunk step's layer (prefill) for the layers every architecture so far has: its norms and rope are
+// stages of their own (the matrix tiles read 16-bit normed rows; rope writes the chunk's K/V into the cache
+// before attention reads it); q/k biases and norms as the config has them; with ModelConfig::post_norms
+// (Gemma 3) o_proj and down write the projected rows and a post_norm stage adds their norm to the residual.
+std::vector<Stage> chunk_layer_stages(const ModelConfig& config);
 
 // The recipe of a model's architecture (ModelConfig::arch). Checked (check_step_recipe).
 StepRecipe build_step_recipe(const ModelConfig& config);

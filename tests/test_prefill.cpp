@@ -144,6 +144,43 @@ TEST(ChunkSchedule, WideTilesWhereTheStageTakesLessTime) {
   }
 }
 
+// Post-norm layers (Gemma 3): o_proj's and down's tiles write the chunk's projected rows instead of adding
+// to the residual rows, and a post_norm stage over the chunk's tokens after each adds their norm.
+TEST(ChunkSchedule, PostNormLayersWriteTheProjectedRowsAndAddTheirNorm) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Gemma3;
+  auto model = load_tiny_model(spec, "chunk-post-norm");
+  ScheduleParams p;
+  p.num_workgroups = 5;
+  p.chunk_tokens = 200;
+  const Schedule s = build_schedule(model->config, p);
+  std::vector<Instr> sorted = s.chunk.instrs;
+  std::sort(sorted.begin(), sorted.end(), [](const Instr& a, const Instr& b) { return a.seq < b.seq; });
+  std::map<int, std::vector<Op>> stages;  // per layer, in order
+  for (const Instr& in : sorted) {
+    const bool writes_projected = in.flags & kWritesProjected;
+    EXPECT_EQ(writes_projected, in.op == Op::ChunkOProj || in.op == Op::ChunkDown) << s.describe(in);
+    std::vector<Op>& ops = stages[in.layer];
+    if (ops.empty() || ops.back() != in.op) ops.push_back(in.op);
+    if (in.op == Op::ChunkPostNorm) {
+      EXPECT_EQ(in.slot, ops.size() < 7 ? kAttentionNorm : kMlpNorm) << s.describe(in);
+    }
+  }
+  ASSERT_EQ(int(stages.size()), model->config.num_layers);
+  for (const auto& [layer, ops] : stages)
+    EXPECT_EQ(ops, (std::vector<Op>{Op::ChunkNorm, Op::ChunkQKV, Op::ChunkRope, Op::ChunkAttention, Op::ChunkOProj, Op::ChunkPostNorm,
+                                    Op::ChunkNorm, Op::ChunkGateUp, Op::ChunkDown, Op::ChunkPostNorm}))
+        << "layer " << layer;
+  // The chunk's tokens are covered once by each post_norm stage.
+  for (uint16_t slot : {kAttentionNorm, kMlpNorm}) {
+    std::vector<int> covered(200, 0);
+    for (const Instr& in : s.chunk.instrs)
+      if (in.op == Op::ChunkPostNorm && in.layer == 1 && in.slot == slot)
+        for (uint32_t t = in.begin; t < in.end; ++t) ++covered[t];
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), 200);
+  }
+}
+
 TEST(ChunkSchedule, PlanningChecksTheModelAndTheSize) {
   TinyModelSpec spec;
   auto model = load_tiny_model(spec, "chunk-plan");
@@ -153,6 +190,11 @@ TEST(ChunkSchedule, PlanningChecksTheModelAndTheSize) {
   EXPECT_EQ(plan_chunk_steps(model->config, 0, 4096), 0);
   EXPECT_EQ(plan_chunk_steps(model->config, 5000, 4096), 4096);
   EXPECT_THAT(test::error_of([&] { plan_chunk_steps(model->config, -2, 4096); }), HasSubstr("chunk tokens must be"));
+  ModelConfig wide = model->config;
+  wide.head_dim = 256;  // Gemma 3's: chunk attention's portable form
+  EXPECT_EQ(plan_chunk_steps(wide, -1, 4096), 1024);
+  wide.head_dim = 272;
+  EXPECT_EQ(plan_chunk_steps(wide, -1, 4096), 0);
   ModelConfig odd = model->config;
   odd.head_dim = 24;
   EXPECT_EQ(plan_chunk_steps(odd, -1, 4096), 0);  // prompts go one token per step
@@ -173,7 +215,14 @@ TEST(PrefillFlops, MatrixOpsAndCausalAttentionAtLlama8B) {
   // 4,096 pairs for each of its tokens.
   EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkAttention, 0, 4096), 4.0 * 4096 * (4096.0 * 4097 / 2) * 32);
   EXPECT_DOUBLE_EQ(chunk_op_flops(c, Op::ChunkAttention, 4096, 1), 4.0 * 4096 * 4097 * 32);
+  // A sliding-window layer attends min(p + 1, window) positions at position p: layers of window 3 and
+  // global, positions 0..4: (1 + 2 + 3 + 3 + 3) + (1 + 2 + 3 + 4 + 5) pairs; positions 2..4: 9 + 12.
+  ModelConfig g = c;
+  g.num_layers = 2, g.sliding_window = 3, g.sliding_layers = {1, 0};
+  EXPECT_DOUBLE_EQ(chunk_op_flops(g, Op::ChunkAttention, 0, 5), 4.0 * 4096 * (12 + 15));
+  EXPECT_DOUBLE_EQ(chunk_op_flops(g, Op::ChunkAttention, 2, 3), 4.0 * 4096 * (9 + 12));
   EXPECT_EQ(chunk_op_flops(c, Op::ChunkNorm, 0, 4096), 0.0);
+  EXPECT_EQ(chunk_op_flops(c, Op::ChunkPostNorm, 0, 4096), 0.0);
   EXPECT_EQ(chunk_op_flops(c, Op::GateUp, 0, 4096), 0.0);
 }
 
@@ -182,6 +231,7 @@ struct PrefillCase {
   int chunk;
   Arch arch = Arch::Llama;
   Quantize quantize = Quantize::None;  // the layers quantized at load time (their matrices at widths of several scale groups)
+  int window = 6;                      // Gemma 3: its sliding layers' window (every other layer slides)
 };
 
 class PrefillVsReference : public ::testing::TestWithParam<PrefillCase> {};
@@ -195,6 +245,7 @@ TEST_P(PrefillVsReference, LastPositionLogitsAndContinuation) {
   spec.eos = {};
   spec.max_position = 8192;
   if (pc.arch == Arch::Qwen3) spec.head_dim = 32;
+  spec.sliding_window = pc.window;
   if (pc.quantize != Quantize::None) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
   LoadOptions load;
   load.quantize = pc.quantize;
@@ -247,11 +298,14 @@ INSTANTIATE_TEST_SUITE_P(PromptLengthsAndChunkSizes, PrefillVsReference,
                                            PrefillCase{64, 100}, PrefillCase{511, 64}, PrefillCase{511, 100},
                                            PrefillCase{4096, 1024}, PrefillCase{4096, 1000}, PrefillCase{100, 32, Arch::Qwen2},
                                            PrefillCase{100, 48, Arch::Qwen3}, PrefillCase{300, 128, Arch::Llama, Quantize::Fp8},
-                                           PrefillCase{300, 128, Arch::Qwen2, Quantize::Int4}),
+                                           PrefillCase{300, 128, Arch::Qwen2, Quantize::Int4}, PrefillCase{300, 64, Arch::Gemma3},
+                                           PrefillCase{300, 128, Arch::Gemma3, Quantize::None, 100},
+                                           PrefillCase{200, 100, Arch::Gemma3, Quantize::Int4, 70}),
                          [](const auto& param_info) {
                            const PrefillCase& p = param_info.param;
                            const char* q = p.quantize == Quantize::Fp8 ? "_fp8" : p.quantize == Quantize::Int4 ? "_int4" : "";
-                           return fmt::format("prompt{}_chunk{}_{}{}", p.prompt, p.chunk, arch_name(p.arch), q);
+                           const std::string window = p.arch == Arch::Gemma3 ? fmt::format("_window{}", p.window) : "";
+                           return fmt::format("prompt{}_chunk{}_{}{}{}", p.prompt, p.chunk, arch_name(p.arch), q, window);
                          });
 
 TEST(Prefill, IsTheDefaultAndEveryInterleavingGivesTheSameTokens) {

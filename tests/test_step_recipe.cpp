@@ -20,7 +20,8 @@ using test::TinyModelSpec;
 using LW = LayerWeights;
 using MW = ModelWeights;
 
-// Every tensor a model has is streamed by exactly one stage of a token step, and none that it lacks.
+// Every tensor a model has is streamed by exactly one stage of a token step, and of a chunk step, and none
+// that it lacks.
 TEST(StepRecipe, EveryArchitectureNamesEachOfItsTensorsInExactlyOneTokenStepStage) {
   for (Arch arch : {Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3}) {
     SCOPED_TRACE(arch_name(arch));
@@ -29,15 +30,18 @@ TEST(StepRecipe, EveryArchitectureNamesEachOfItsTensorsInExactlyOneTokenStepStag
     const auto model = test::load_tiny_model(spec, "recipe-weights");
     const StepRecipe r = build_step_recipe(model->config);
     ASSERT_EQ(r.layers.size(), size_t(model->config.num_layers));
-    for (size_t l = 0; l < r.layers.size(); ++l) {
-      std::vector<TensorView LW::*> uses;
-      for (const Stage& st : r.layers[l].step) uses.insert(uses.end(), st.layer_weights.begin(), st.layer_weights.end());
-      for (auto m : LW::kAll) {
-        const TensorView& t = model->weights.layers[l].*m;
-        EXPECT_EQ(std::count(uses.begin(), uses.end(), m), t.present() ? 1 : 0)
-            << "layer " << l << " tensor " << (t.present() ? t.name : "(absent)");
+    // A chunk step's layer (prefill) streams the same tensors, each in one stage too.
+    for (size_t l = 0; l < r.layers.size(); ++l)
+      for (const auto* stages : {&r.layers[l].step, &r.layers[l].chunk}) {
+        const char* step = stages == &r.layers[l].step ? "token" : "chunk";
+        std::vector<TensorView LW::*> uses;
+        for (const Stage& st : *stages) uses.insert(uses.end(), st.layer_weights.begin(), st.layer_weights.end());
+        for (auto m : LW::kAll) {
+          const TensorView& t = model->weights.layers[l].*m;
+          EXPECT_EQ(std::count(uses.begin(), uses.end(), m), t.present() ? 1 : 0)
+              << step << " step, layer " << l << " tensor " << (t.present() ? t.name : "(absent)");
+        }
       }
-    }
     std::vector<TensorView MW::*> head_uses;
     for (const auto* list : {&r.first, &r.last})
       for (const Stage& st : *list) head_uses.insert(head_uses.end(), st.model_weights.begin(), st.model_weights.end());

@@ -1,5 +1,6 @@
-// ChunkGateUp (chunk steps): h columns [begin, end) of a tile of the chunk's tokens = silu(gate) * up of
-// their normalised rows, on tensor cores, stored 16-bit. The tile's weight rows interleave the gate and
+// ChunkGateUp (chunk steps): h columns [begin, end) of a tile of the chunk's tokens = act(gate) * up of
+// their normalised rows, act the MLP's activation (ModelDims::act_linear, act_cubic, as the gate_up op
+// computes it), on tensor cores, stored 16-bit. The tile's weight rows interleave the gate and
 // up rows of each column (2j: gate row j, 2j + 1: up row j), so the two values of an accumulator pair,
 // which one lane holds, are one column's gate and up.
 #pragma once
@@ -21,7 +22,9 @@ struct ChunkGateUpOp : ChunkMatrixOp {
     chunk_matrix_tile(
         m, in, p.chunk_act, p.chunk_act_cols, H,
         [&](int n) { return m.weight_row((n & 1) ? L.w_up : L.w_gate, H, int(in.begin) + n / 2); }, int(2 * (in.end - in.begin)),
-        [&](int t, int n, float g, float u) { h[size_t(t) * size_t(d.intermediate) + n / 2] = m.to_act16(g / (1.0f + __expf(-g)) * u); });
+        [&](int t, int n, float g, float u) {
+          h[size_t(t) * size_t(d.intermediate) + n / 2] = m.to_act16(g / (1.0f + __expf(-g * (d.act_linear + d.act_cubic * g * g))) * u);
+        });
   }
 #endif
 };

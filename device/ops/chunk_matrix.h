@@ -39,16 +39,18 @@ __device__ __forceinline__ void chunk_matrix_tile(MachineT& m, const Instr& in, 
 }
 
 // The residual ops' tile (o_proj, down): residual columns [begin, end) of the tile's tokens += their rows
-// of `act` (K columns used) times the rows [begin, end) of the layer matrix at `weights`.
+// of `act` (K columns used) times the rows [begin, end) of the layer matrix at `weights`; with
+// kWritesProjected (post-norm layers) the products are stored to the chunk's projected rows instead.
 template <class MachineT>
 __device__ __forceinline__ void chunk_residual_tile(MachineT& m, const Instr& in, const uint16_t* act, int act_cols, int K, uint64_t weights) {
-  const int H = m.p.dims.hidden;
-  float* x = m.p.chunk_x + in.begin;
   chunk_matrix_tile(
       m, in, act, act_cols, K, [&](int n) { return m.weight_row(weights, K, int(in.begin) + n); }, int(in.end - in.begin),
       [&](int t, int n, float v0, float v1) {
-        float2* r = reinterpret_cast<float2*>(x + size_t(t) * size_t(H) + n);
-        const float2 old = load_fresh(r);
+        // Read here, after the products: held across them, the choice made the quantized kernels spill more.
+        const bool projected = in.flags & kWritesProjected;
+        float* x = (projected ? m.p.chunk_projected : m.p.chunk_x) + in.begin;
+        float2* r = reinterpret_cast<float2*>(x + size_t(t) * size_t(m.p.dims.hidden) + n);
+        const float2 old = projected ? make_float2(0.f, 0.f) : load_fresh(r);
         *r = make_float2(old.x + v0, old.y + v1);
       });
 }

@@ -1,6 +1,6 @@
 // ChunkNorm (chunk steps): for the chunk's tokens [begin, end), the layer's attention or MLP RMSNorm of
 // the residual rows, stored 16-bit as the next matrix op's input; layer 0's attention norm first gathers
-// the tokens' embedding rows into the residual stream. A warp per token.
+// the tokens' embedding rows (times ModelDims::embed_scale) into the residual stream. A warp per token.
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -31,7 +31,7 @@ struct ChunkNormOp : OpDefaults {
         const int32_t token = p.chunk_tokens[size_t(m.chunk) * size_t(p.chunk_size) + size_t(t)];
         const uint8_t* row = m.matrix(p.embed) + size_t(token) * size_t(matrix_row_bytes(d.head_format, H));
         for (int k = lane_id(); k < H; k += MK_WARP_SIZE) {
-          const float v = matrix_row_element(d.head_format, row, H, k);
+          const float v = matrix_row_element(d.head_format, row, H, k) * d.embed_scale;
           x[k] = v;
           ss += v * v;
         }

@@ -7,6 +7,7 @@
 #include "device/ops/chunk_gate_up.h"
 #include "device/ops/chunk_norm.h"
 #include "device/ops/chunk_o_proj.h"
+#include "device/ops/chunk_post_norm.h"
 #include "device/ops/chunk_qkv.h"
 #include "device/ops/chunk_rope.h"
 #include "device/ops/down.h"

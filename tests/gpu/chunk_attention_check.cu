@@ -39,6 +39,7 @@ struct Args {
   uint16_t* out;
   int kv_heads, G, D, tokens, first_pos, context, tile_tokens;
   float scale;
+  int window;
 };
 template <bool kF16>
 __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(Args a) {
@@ -49,28 +50,30 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(Args a) {
   const int q_stride = a.kv_heads * a.G * a.D;
   chunk_attention_block<kF16>(a.q + size_t(t0) * q_stride + size_t(h) * a.G * a.D, q_stride,
                               a.k + size_t(h) * a.context * a.D, a.v + size_t(h) * a.context * a.D, a.first_pos + t0, n,
-                              a.D, a.G, a.scale, a.out + size_t(t0) * q_stride + size_t(h) * a.G * a.D, q_stride, smem);
+                              a.D, a.G, a.scale, a.window, a.out + size_t(t0) * q_stride + size_t(h) * a.G * a.D, q_stride, smem);
 }
 
 struct Case {
   int kv_heads, G, D, tokens, first_pos;
   bool f16;
+  int window = 0;  // sliding window in positions (0: none)
 };
 
 // The arithmetic of the header for row (token t, query head hq): fp32 scores of bf16 products, 64-key
-// tiles, online softmax, bf16 weights into P V.
+// tiles, online softmax, bf16 weights into P V; keys outside the window skipped.
 static void reference_row(const Case& c, const std::vector<uint16_t>& q, const std::vector<uint16_t>& k,
                           const std::vector<uint16_t>& v, int context, float scale, int t, int hq, float* o_out) {
   const int D = c.D, H = c.kv_heads * c.G, kvh = hq / c.G;
   const int pos = c.first_pos + t;
+  const int lo = c.window > 0 ? std::max(0, pos - c.window + 1) : 0;  // the first key the row attends
   const uint16_t* qr = &q[(size_t(t) * H + hq) * D];
   std::vector<float> o(D, 0.f), s(64);
   float m = -INFINITY, l = 0.f;
-  for (int tile = 0; tile * 64 <= pos; ++tile) {
+  for (int tile = lo / 64; tile * 64 <= pos; ++tile) {
     float mx = m;
     for (int i = 0; i < 64; ++i) {
       const int p = tile * 64 + i;
-      if (p > pos) {
+      if (p > pos || p < lo) {
         s[i] = -INFINITY;
         continue;
       }
@@ -85,7 +88,7 @@ static void reference_row(const Case& c, const std::vector<uint16_t>& q, const s
     for (int d = 0; d < D; ++d) o[d] *= corr;
     for (int i = 0; i < 64; ++i) {
       const int p = tile * 64 + i;
-      if (p > pos) continue;
+      if (p > pos || p < lo) continue;
       const float pp = std::exp(s[i] - mx);
       l += pp;
       const float pb = round_bf(pp);
@@ -124,7 +127,7 @@ static Result run_case(const Case& c, int stride, int reps) {
   CHECK(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemset(dout, 0xff, q.size() * 2));  // NaN everywhere: unwritten outputs fail
 
-  Args a{dq, dk, dv, dout, c.kv_heads, c.G, c.D, c.tokens, c.first_pos, context, chunk_attention_tile_tokens(c.G), scale};
+  Args a{dq, dk, dv, dout, c.kv_heads, c.G, c.D, c.tokens, c.first_pos, context, chunk_attention_tile_tokens(c.G), scale, c.window};
   const size_t smem = chunk_attention_smem_bytes(c.D, c.G);
   const int blocks = (c.tokens + a.tile_tokens - 1) / a.tile_tokens;
   const dim3 grid(blocks * c.kv_heads);
@@ -176,7 +179,10 @@ static Result run_case(const Case& c, int stride, int reps) {
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
     r.ms = ms / reps;
     double flops = 0;
-    for (int t = 0; t < c.tokens; ++t) flops += 4.0 * H * double(c.first_pos + t + 1) * c.D;
+    for (int t = 0; t < c.tokens; ++t) {
+      const int attended = c.first_pos + t + 1;
+      flops += 4.0 * H * double(c.window > 0 ? std::min(attended, c.window) : attended) * c.D;
+    }
     r.tflops = flops / (r.ms * 1e-3) / 1e12;
   }
   CHECK(cudaFree(dq));
@@ -191,25 +197,32 @@ int main() {
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
   bool all = true;
-  const int dims[][2] = {{64, 4}, {128, 4}, {64, 7}, {64, 1}, {32, 4}, {128, 8}, {64, 20}, {96, 2}};
+  const int dims[][2] = {{64, 4}, {128, 4}, {64, 7}, {64, 1}, {32, 4}, {128, 8}, {64, 20}, {96, 2}, {256, 4}, {256, 2}};
   for (const auto& dg : dims) {
     const int D = dg[0], G = dg[1], T = chunk_attention_tile_tokens(G);
     for (int first_pos : {0, 700}) {
-      for (bool f16 : {false, true}) {
-        if (f16 && G != 4) continue;
-        const Case c{2, G, D, 2 * T + 37, first_pos, f16};
-        const Result r = run_case(c, 1, 0);
-        all = all && r.pass;
-        std::printf("%s D=%3d G=%2d Tq=%3d smem=%6zu tokens=%4d first_pos=%4d %s: max_abs=%.3g max_rel_l2=%.3g\n",
-                    r.pass ? "ok  " : "FAIL", D, G, T, chunk_attention_smem_bytes(D, G), c.tokens, first_pos,
-                    f16 ? "f16 " : "bf16", r.max_abs, r.max_rel);
+      // Windows: none; shorter than a key tile and not a multiple of it (rows' first keys inside tiles,
+      // tiles wholly outside some rows' windows); longer than the block.
+      for (int window : {0, 37, 200}) {
+        for (bool f16 : {false, true}) {
+          if (f16 && (G != 4 || window != 0)) continue;
+          const Case c{2, G, D, 2 * T + 37, first_pos, f16, window};
+          const Result r = run_case(c, 1, 0);
+          all = all && r.pass;
+          std::printf("%s D=%3d G=%2d Tq=%3d smem=%6zu tokens=%4d first_pos=%4d window=%3d %s: max_abs=%.3g max_rel_l2=%.3g\n",
+                      r.pass ? "ok  " : "FAIL", D, G, T, chunk_attention_smem_bytes(D, G), c.tokens, first_pos, window,
+                      f16 ? "f16 " : "bf16", r.max_abs, r.max_rel);
+        }
       }
     }
   }
-  const Case perf[] = {{8, 4, 64, 1024, 0, false}, {8, 4, 128, 4096, 0, false}};
+  const Case perf[] = {{8, 4, 64, 1024, 0, false}, {8, 4, 128, 4096, 0, false}, {1, 4, 256, 4096, 0, false, 512},
+                       {1, 4, 256, 4096, 0, false}};
   const char* names[] = {"Llama-3.2-1B-like (8 kv heads, G 4, D 64, 1024 tokens)",
-                         "Llama-3.1-8B-like (8 kv heads, G 4, D 128, 4096 tokens)"};
-  for (int i = 0; i < 2; ++i) {
+                         "Llama-3.1-8B-like (8 kv heads, G 4, D 128, 4096 tokens)",
+                         "Gemma-3-1B-like sliding (1 kv head, G 4, D 256, window 512, 4096 tokens)",
+                         "Gemma-3-1B-like global (1 kv head, G 4, D 256, 4096 tokens)"};
+  for (int i = 0; i < 4; ++i) {
     const Result r = run_case(perf[i], 97, 20);
     all = all && r.pass;
     std::printf("%s %s: %.3f ms, %.1f TFLOPS (sampled rows: max_abs=%.3g max_rel_l2=%.3g)\n", r.pass ? "ok  " : "FAIL",

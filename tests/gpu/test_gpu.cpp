@@ -371,81 +371,100 @@ TEST(Gpu, CombineOfMoreSplitsThanRegistersHoldMatchesEmulator) {
   expect_combine_of_many_splits_matches_emulator(64, 16, -1, 1800, 15, "1,800-token prompt, 15 active splits");
 }
 
-// Chunk steps (prefill) on the GPU against the emulator running the same schedule, over prompt lengths
-// (up to 4,096 tokens) and chunk sizes that do and do not divide them, for the shapes that take chunk
-// attention's tensor-core forms (head_dim 64 and 128, 4 and 8 query heads a kv head, Qwen3's 32, f16
-// weights) and its portable form (head_dim 16), and layers quantized to int4 and fp8 (expanded to bf16
-// on their way into the tiles; intermediate 576 = 4 x 128 + 64, a short last scale group); and the
-// greedy continuation against the GPU ingesting the same prompt one token per step.
-TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
-  struct Shape {
-    Arch arch;
-    int hidden, heads, kv_heads, head_dim;
-    DType dtype;
-    Quantize quantize = Quantize::None;
+// A model shape for the chunk-step tests below.
+struct PrefillShape {
+  Arch arch;
+  int hidden, heads, kv_heads, head_dim;
+  DType dtype;
+  Quantize quantize = Quantize::None;
+  int window = 6;  // Gemma 3's sliding layers'
+};
+
+// Chunk steps (prefill) of a model of `sh` on the GPU against the emulator running the same schedule,
+// over prompt lengths (up to 4,096 tokens, on head_dim 64) and chunk sizes that do and do not divide them,
+// on the default grid and on 4 workgroups; and the greedy continuation against the GPU ingesting the same
+// prompt one token per step.
+void expect_prefill_matches_emulator(const PrefillShape& sh) {
+  TinyModelSpec spec;
+  spec.arch = sh.arch;
+  spec.hidden = sh.hidden, spec.heads = sh.heads, spec.kv_heads = sh.kv_heads, spec.head_dim = sh.head_dim;
+  spec.intermediate = 2 * sh.hidden + 64;
+  spec.dtype = sh.dtype;
+  spec.sliding_window = sh.window;
+  spec.max_position = 8192;
+  spec.eos = {};
+  LoadOptions load;
+  load.quantize = sh.quantize;
+  auto model = load_tiny_model(spec, "gpu-prefill", load);
+  const char* quantized = sh.quantize == Quantize::Int4 ? ", layers int4" : sh.quantize == Quantize::Fp8 ? ", layers fp8" : "";
+  const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}{}", arch_name(sh.arch), sh.head_dim, sh.heads,
+                                        sh.kv_heads, dtype_name(sh.dtype), quantized);
+  struct Run {
+    int prompt, chunk, workgroups = 0;
   };
-  const Shape shapes[] = {{Arch::Llama, 64, 4, 2, 16, DType::BF16},
-                          {Arch::Llama, 256, 8, 2, 64, DType::BF16},
-                          {Arch::Llama, 256, 4, 1, 128, DType::BF16},
-                          {Arch::Qwen3, 128, 8, 1, 32, DType::BF16},
-                          {Arch::Qwen2, 256, 4, 2, 64, DType::F16},
-                          {Arch::Llama, 256, 8, 2, 64, DType::BF16, Quantize::Int4},
-                          {Arch::Qwen2, 256, 4, 1, 128, DType::F16, Quantize::Fp8}};
-  for (const Shape& sh : shapes) {
-    TinyModelSpec spec;
-    spec.arch = sh.arch;
-    spec.hidden = sh.hidden, spec.heads = sh.heads, spec.kv_heads = sh.kv_heads, spec.head_dim = sh.head_dim;
-    spec.intermediate = 2 * sh.hidden + 64;
-    spec.dtype = sh.dtype;
-    spec.max_position = 8192;
-    spec.eos = {};
-    LoadOptions load;
-    load.quantize = sh.quantize;
-    auto model = load_tiny_model(spec, "gpu-prefill", load);
-    const char* quantized = sh.quantize == Quantize::Int4 ? ", layers int4" : sh.quantize == Quantize::Fp8 ? ", layers fp8" : "";
-    const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}{}", arch_name(sh.arch), sh.head_dim, sh.heads,
-                                          sh.kv_heads, dtype_name(sh.dtype), quantized);
-    struct Run {
-      int prompt, chunk, workgroups = 0;
-    };
-    // On 4 workgroups the wider shapes' qkv and gate_up stages have enough tiles for wide (256-column) ones
-    // (16-bit layers; quantized ones keep 128 columns, chunk_gemm_wide_tiles).
-    for (const Run r : {Run{7, 64}, Run{64, 64}, Run{511, 100}, Run{511, 1024}, Run{511, 1024, 4}, Run{4096, 1000}}) {
-      if (sh.head_dim != 64 && r.prompt == 4096) continue;  // the longest prompt on the head_dim-64 shapes only keeps the test short
-      const int context = r.prompt + 40;
-      GpuOptions gopt;
-      gopt.context = context;
-      gopt.chunk_tokens = r.chunk;
-      gopt.workgroups = r.workgroups;
-      auto gpu = create_gpu_backend(*model, gopt);
-      ASSERT_EQ(gpu->schedule().chunk.tokens, std::min(r.chunk, context));
-      if (r.workgroups == 4 && sh.hidden >= 256) {  // quantized layers keep 128-column tiles
-        bool wide = false;
-        for (const Instr& in : gpu->schedule().chunk.instrs)
-          wide |= in.op == Op::ChunkGateUp && int(in.end - in.begin) > kChunkMatrixCols / 2;
-        ASSERT_EQ(wide, sh.quantize == Quantize::None) << "wide gate_up tiles";
-      }
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < r.prompt; ++i) prompt.push_back(int32_t((i * 53 + 5) % (spec.vocab - 3) + 3));
-      const std::string what = fmt::format("{}: {}-token prompt in chunks of {}{}", shape, r.prompt, r.chunk,
-                                           r.workgroups ? fmt::format(" on {} workgroups", r.workgroups) : "");
-      // 5e-3: the chunk steps round activations to 16 bits, and the two sum in different orders, so a
-      // value near a rounding boundary may round the other way (seen: 1.4e-3 at head_dim 128).
-      expect_gpu_matches_emulator(*model, *gpu, context, prompt, 16, what, 5e-3);
-      if (r.workgroups) continue;  // token-by-token ingestion on 4 workgroups would take minutes; the default grid's runs have it
-      gpu->reset();
-      const auto chunked = run(*gpu, prompt, 16);
-      EXPECT_EQ(chunked.stats.chunked_tokens, r.prompt - 1) << what;
-      gopt.chunk_tokens = 0;
-      auto stepwise = create_gpu_backend(*model, gopt);
-      const auto e = emulator_of(*model, *stepwise, context);
-      const auto b = run(*stepwise, prompt, 16);
-      run(*e, prompt, 16);  // the token-by-token logits, for the near-tie check
-      // The chunk steps' matrix inputs are 16-bit (token steps keep fp32 activations): a near-tie here is
-      // a margin within 1% of the logits' scale, the emulator tests' bound against the fp32 reference.
-      expect_same_tokens(chunked.tokens, b.tokens, e->recorded_logits(), what + " against token-by-token ingestion", 1e-2);
+  // On 4 workgroups the wider shapes' qkv and gate_up stages have enough tiles for wide (256-column) ones
+  // (16-bit layers; quantized ones keep 128 columns, chunk_gemm_wide_tiles).
+  for (const Run r : {Run{7, 64}, Run{64, 64}, Run{511, 100}, Run{511, 1024}, Run{511, 1024, 4}, Run{4096, 1000}}) {
+    if (sh.head_dim != 64 && r.prompt == 4096) continue;  // the longest prompt on the head_dim-64 shapes only keeps the test short
+    const int context = r.prompt + 40;
+    GpuOptions gopt;
+    gopt.context = context;
+    gopt.chunk_tokens = r.chunk;
+    gopt.workgroups = r.workgroups;
+    auto gpu = create_gpu_backend(*model, gopt);
+    ASSERT_EQ(gpu->schedule().chunk.tokens, std::min(r.chunk, context));
+    if (r.workgroups == 4 && sh.hidden >= 256) {  // quantized layers keep 128-column tiles
+      bool wide = false;
+      for (const Instr& in : gpu->schedule().chunk.instrs)
+        wide |= in.op == Op::ChunkGateUp && int(in.end - in.begin) > kChunkMatrixCols / 2;
+      ASSERT_EQ(wide, sh.quantize == Quantize::None) << "wide gate_up tiles";
     }
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < r.prompt; ++i) prompt.push_back(int32_t((i * 53 + 5) % (spec.vocab - 3) + 3));
+    const std::string what = fmt::format("{}: {}-token prompt in chunks of {}{}", shape, r.prompt, r.chunk,
+                                         r.workgroups ? fmt::format(" on {} workgroups", r.workgroups) : "");
+    // 5e-3: the chunk steps round activations to 16 bits, and the two sum in different orders, so a
+    // value near a rounding boundary may round the other way (seen: 1.4e-3 at head_dim 128).
+    expect_gpu_matches_emulator(*model, *gpu, context, prompt, 16, what, 5e-3);
+    if (r.workgroups) continue;  // token-by-token ingestion on 4 workgroups would take minutes; the default grid's runs have it
+    gpu->reset();
+    const auto chunked = run(*gpu, prompt, 16);
+    EXPECT_EQ(chunked.stats.chunked_tokens, r.prompt - 1) << what;
+    gopt.chunk_tokens = 0;
+    auto stepwise = create_gpu_backend(*model, gopt);
+    const auto e = emulator_of(*model, *stepwise, context);
+    const auto b = run(*stepwise, prompt, 16);
+    run(*e, prompt, 16);  // the token-by-token logits, for the near-tie check
+    // The chunk steps' matrix inputs are 16-bit (token steps keep fp32 activations): a near-tie here is
+    // a margin within 1% of the logits' scale, the emulator tests' bound against the fp32 reference.
+    expect_same_tokens(chunked.tokens, b.tokens, e->recorded_logits(), what + " against token-by-token ingestion", 1e-2);
   }
+}
+
+// The shapes that take chunk attention's tensor-core forms (head_dim 64 and 128, 4 and 8 query heads a kv
+// head, Qwen3's 32, f16 weights) and its portable form (head_dim 16), and layers quantized to int4 and
+// fp8 (expanded to bf16 on their way into the tiles; intermediate 576 = 4 x 128 + 64, a short last scale
+// group).
+TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
+  const PrefillShape shapes[] = {{Arch::Llama, 64, 4, 2, 16, DType::BF16},
+                                 {Arch::Llama, 256, 8, 2, 64, DType::BF16},
+                                 {Arch::Llama, 256, 4, 1, 128, DType::BF16},
+                                 {Arch::Qwen3, 128, 8, 1, 32, DType::BF16},
+                                 {Arch::Qwen2, 256, 4, 2, 64, DType::F16},
+                                 {Arch::Llama, 256, 8, 2, 64, DType::BF16, Quantize::Int4},
+                                 {Arch::Qwen2, 256, 4, 1, 128, DType::F16, Quantize::Fp8}};
+  for (const PrefillShape& sh : shapes) expect_prefill_matches_emulator(sh);
+}
+
+// Gemma 3's layers (post-norms, GELU-tanh, scaled embeddings, every other layer a sliding window of 100
+// positions: its first key inside a 64-key tile, tiles wholly before some rows' windows) on chunk
+// attention's tensor-core form (head_dim 64) and its portable form (Gemma 3's head_dim 256), bf16 and
+// int4.
+TEST(Gpu, PrefillOfGemma3MatchesEmulator) {
+  const PrefillShape shapes[] = {{Arch::Gemma3, 256, 8, 2, 64, DType::BF16, Quantize::None, 100},
+                                 {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, Quantize::None, 100},
+                                 {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, Quantize::Int4, 100}};
+  for (const PrefillShape& sh : shapes) expect_prefill_matches_emulator(sh);
 }
 
 TEST(Gpu, TransformersFixturesGreedyAndLogits) {

@@ -1,6 +1,7 @@
 // The CPU twin of the chunk_norm op (device/ops/chunk_norm.h): for the chunk's tokens [begin, end), the
 // layer's attention or MLP RMSNorm of the residual rows as the 16-bit input of the next matrix op; layer
-// 0's attention norm first gathers the tokens' embedding rows into the residual stream.
+// 0's attention norm first gathers the tokens' embedding rows (times the recipe's embed_scale) into the
+// residual stream.
 #include "host/emulator/ops/ops.h"
 
 namespace mk::emu {
@@ -15,7 +16,7 @@ void emulate_chunk_norm(EmulatorState& s, const OpCtx& c, const Instr& in, uint3
       const size_t i = size_t(chunk) * size_t(s.schedule.chunk.tokens) + t;
       const int32_t tok = *s.read(c, s.chunk_tokens, i, i + 1);
       float* x = s.write(c, s.chunk_x, t * H, (t + 1) * H);
-      for (size_t k = 0; k < H; ++k) x[k] = s.wt(s.layout.embed, H, size_t(tok), k);
+      for (size_t k = 0; k < H; ++k) x[k] = s.wt(s.layout.embed, H, size_t(tok), k) * s.recipe.embed_scale;
     }
     const float* x = s.read(c, s.chunk_x, t * H, (t + 1) * H);
     float ss = 0.f;
