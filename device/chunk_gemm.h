@@ -229,7 +229,6 @@ struct TileCopies {
 template <MatrixFormat kW, class RowA, class RowB, class Epilogue>
 __device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_valid, int K, uint8_t* smem, Epilogue epilogue) {
   using S = ChunkGemmTile;
-  using W = WeightPieces<kW>;
   constexpr bool kF16 = kChunkGemmF16<kW>;
   constexpr int kK = S::kFmaK, kStride = S::kFmaStride, kRows = 16;
   static_assert(kThreads * 8 == S::kM * kK && kThreads == 8 * S::kN / 2, "a 16-byte piece of each matrix a thread; 16 x 2 outputs");
@@ -239,14 +238,7 @@ __device__ void chunk_gemm_tile_fma(RowA a_row, int m_valid, RowB b_row, int n_v
   const int sr = t / 4, sc = (t % 4) * 8;  // the piece this thread stages: row sr, columns sc..sc+7
   const uint16_t* pa = sr < m_valid ? a_row(sr) + sc : nullptr;
   const uint8_t* pb = sr < n_valid ? b_row(sr) : nullptr;
-  auto b_piece = [&](int k0) {  // the row's 8 values at k0 + sc, 16-bit
-    if constexpr (W::kCopied) {
-      return load_weight(reinterpret_cast<const uint4*>(pb) + (k0 + sc) / 8);
-    } else {
-      const int p = (k0 + sc) / 8;
-      return W::expand(W::fetch(pb, p), W::group(pb, K, p));
-    }
-  };
+  auto b_piece = [&](int k0) { return weight_piece16<kW>(pb, K, (k0 + sc) / 8); };  // the row's 8 values at k0 + sc
   const int pair = t % (S::kN / 2), row0 = t / (S::kN / 2);
   float acc[kRows][2] = {};
   auto stage = [](float* dst, uint4 w) {

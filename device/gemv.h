@@ -59,24 +59,32 @@ struct RowFormat<MatrixFormat::FP8> {
   // Hopper converts two fp8 to a half2 in one instruction (F2FP), exactly: every e4m3 value is a half.
   // 7% faster at Llama-3.1-8B than the bit operations below, which the AMD build uses (H200, docs/log.md).
   static constexpr float kUnit = 1.0f;
-  // a.x * v0 + a.y * v1 + a.z * v2 + a.w * v3 for the four fp8 of `word` (v0 in the low byte).
-  __device__ static __forceinline__ float dot4(uint32_t word, float4 a) {
+  // The four fp8 of `word` (v0 in the low byte) in units of kUnit: v01 = (v0, v1), v23 = (v2, v3).
+  __device__ static __forceinline__ void decode4(uint32_t word, float2& v01, float2& v23) {
     uint32_t lo, hi;  // bytes 0, 1 and bytes 2, 3 as half2
     asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h; }" : "=r"(lo), "=r"(hi) : "r"(word));
-    const float2 p = half2_bits_to_float2(lo), q = half2_bits_to_float2(hi);
-    return p.x * a.x + p.y * a.y + q.x * a.z + q.y * a.w;
+    v01 = half2_bits_to_float2(lo);
+    v23 = half2_bits_to_float2(hi);
   }
 #else
   // Each byte's exponent and mantissa bits, moved into a half's, make a half worth value / 256
   // (runtime/dtype.h): a word of four fp8 becomes two half2 with a few bit operations.
   static constexpr float kUnit = kFp8HalfScale;
-  // a.x * v0 + a.y * v1 + a.z * v2 + a.w * v3 for the four fp8 of `word` (v0 in the low byte), / 256.
-  __device__ static __forceinline__ float dot4(uint32_t word, float4 a) {
+  // The four fp8 of `word` (v0 in the low byte) in units of kUnit (value / 256): v01 = (v0, v1), v23 =
+  // (v2, v3).
+  __device__ static __forceinline__ void decode4(uint32_t word, float2& v01, float2& v23) {
     const float2 even = half2_bits_to_float2(((word & 0x00800080u) << 8) | ((word & 0x007f007fu) << 7));  // bytes 0, 2
     const float2 odd = half2_bits_to_float2((word & 0x80008000u) | ((word & 0x7f007f00u) >> 1));         // bytes 1, 3
-    return even.x * a.x + odd.x * a.y + even.y * a.z + odd.y * a.w;
+    v01 = make_float2(even.x, odd.x);
+    v23 = make_float2(even.y, odd.y);
   }
 #endif
+  // a.x * v0 + a.y * v1 + a.z * v2 + a.w * v3 for the four fp8 of `word`, in units of kUnit.
+  __device__ static __forceinline__ float dot4(uint32_t word, float4 a) {
+    float2 v01, v23;
+    decode4(word, v01, v23);
+    return v01.x * a.x + v01.y * a.y + v23.x * a.z + v23.y * a.w;
+  }
   // The sum is first brought back from dot4's unit (a separate multiply: scale * kUnit could overflow).
   __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b, Group scale) { return (dot4(w.x, a) + dot4(w.y, b)) * kUnit * scale; }
   // Piece c's group scale (after the row's `cols` values).
@@ -99,7 +107,9 @@ struct RowFormat<MatrixFormat::INT4> {
     float scale;
     uint32_t zero;
   };
-  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b, Group g) {
+  // The piece's eight codes minus the group's zero point, exact, as float pairs: e[k] = (elements 2k,
+  // 2k + 1).
+  __device__ static __forceinline__ void decode8(Piece w, Group g, float2 (&e)[4]) {
 #if defined(MK_PLATFORM_NVIDIA)
     // A code q under a mask that leaves it in a half's low mantissa bits, OR 0x6400 (1024, whose ulp is
     // 1), is the half 1024 + q; minus 1024 + zero it is q - zero. A code four bits higher makes
@@ -109,16 +119,21 @@ struct RowFormat<MatrixFormat::INT4> {
     const __half2 base16 = u32_as_half2((0xd400u + 16u * g.zero) * 0x10001u);   // -(64 + zero), twice
     const __half2 sixteenth = u32_as_half2(0x2c002c00u);                         // 1/16, twice
     const uint32_t hi = w >> 8;
-    const float2 e01 = __half22float2(__hsub2(u32_as_half2((w & 0x000f000fu) | 0x64006400u), base));
-    const float2 e23 = __half22float2(__hfma2(u32_as_half2((w & 0x00f000f0u) | 0x64006400u), sixteenth, base16));
-    const float2 e45 = __half22float2(__hsub2(u32_as_half2((hi & 0x000f000fu) | 0x64006400u), base));
-    const float2 e67 = __half22float2(__hfma2(u32_as_half2((hi & 0x00f000f0u) | 0x64006400u), sixteenth, base16));
-    return (e01.x * a.x + e01.y * a.y + e23.x * a.z + e23.y * a.w + e45.x * b.x + e45.y * b.y + e67.x * b.z + e67.y * b.w) * g.scale;
+    e[0] = __half22float2(__hsub2(u32_as_half2((w & 0x000f000fu) | 0x64006400u), base));
+    e[1] = __half22float2(__hfma2(u32_as_half2((w & 0x00f000f0u) | 0x64006400u), sixteenth, base16));
+    e[2] = __half22float2(__hsub2(u32_as_half2((hi & 0x000f000fu) | 0x64006400u), base));
+    e[3] = __half22float2(__hfma2(u32_as_half2((hi & 0x00f000f0u) | 0x64006400u), sixteenth, base16));
 #else
     const int z = int(g.zero);
-    auto e = [&](int i) { return float(int((w >> (4 * int4_nibble(i))) & 0xfu) - z); };
-    return (e(0) * a.x + e(1) * a.y + e(2) * a.z + e(3) * a.w + e(4) * b.x + e(5) * b.y + e(6) * b.z + e(7) * b.w) * g.scale;
+    auto code = [&](int i) { return float(int((w >> (4 * int4_nibble(i))) & 0xfu) - z); };
+#pragma unroll
+    for (int k = 0; k < 4; ++k) e[k] = make_float2(code(2 * k), code(2 * k + 1));
 #endif
+  }
+  __device__ static __forceinline__ float dot(Piece w, float4 a, float4 b, Group g) {
+    float2 e[4];
+    decode8(w, g, e);
+    return (e[0].x * a.x + e[0].y * a.y + e[1].x * a.z + e[1].y * a.w + e[2].x * b.x + e[2].y * b.y + e[3].x * b.z + e[3].y * b.w) * g.scale;
   }
   // Piece c's group: its scale after the row's cols / 2 bytes of codes, its zero point after the scales.
   __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int c) {

@@ -51,27 +51,17 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
 
 template <>
 struct WeightPieces<MatrixFormat::FP8> : QuantizedWeightPieces<MatrixFormat::FP8> {
-  // Each fp8 value is exact as a half (on NVIDIA one conversion makes two; elsewhere the bit form worth
-  // value / 256, brought back exactly by a power of two), then a float times the group's scale.
+  // Each fp8 value decoded as the token steps' GEMV decodes it (RowFormat<FP8>::decode4: exact, in units
+  // of kUnit, brought back exactly: a power of two), then a float times the group's scale.
   __device__ static __forceinline__ uint4 expand(Piece w, Group scale) {
+    using R = RowFormat<MatrixFormat::FP8>;
     uint32_t out[4];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t word = h == 0 ? w.x : w.y;
-#if defined(MK_PLATFORM_NVIDIA)
-      uint32_t lo, hi;  // bytes 0, 1 and bytes 2, 3 as half2
-      asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h; }"
-          : "=r"(lo), "=r"(hi)
-          : "r"(word));
-      const float2 p = half2_bits_to_float2(lo), q = half2_bits_to_float2(hi);
-      out[2 * h] = pack_bf16x2(p.x * scale, p.y * scale);
-      out[2 * h + 1] = pack_bf16x2(q.x * scale, q.y * scale);
-#else
-      const float2 even = half2_bits_to_float2(((word & 0x00800080u) << 8) | ((word & 0x007f007fu) << 7));  // bytes 0, 2
-      const float2 odd = half2_bits_to_float2((word & 0x80008000u) | ((word & 0x7f007f00u) >> 1));         // bytes 1, 3
-      out[2 * h] = pack_bf16x2(even.x * kFp8HalfScale * scale, odd.x * kFp8HalfScale * scale);
-      out[2 * h + 1] = pack_bf16x2(even.y * kFp8HalfScale * scale, odd.y * kFp8HalfScale * scale);
-#endif
+      float2 v01, v23;
+      R::decode4(h == 0 ? w.x : w.y, v01, v23);
+      out[2 * h] = pack_bf16x2(v01.x * R::kUnit * scale, v01.y * R::kUnit * scale);
+      out[2 * h + 1] = pack_bf16x2(v23.x * R::kUnit * scale, v23.y * R::kUnit * scale);
     }
     return make_uint4(out[0], out[1], out[2], out[3]);
   }
@@ -79,15 +69,26 @@ struct WeightPieces<MatrixFormat::FP8> : QuantizedWeightPieces<MatrixFormat::FP8
 
 template <>
 struct WeightPieces<MatrixFormat::INT4> : QuantizedWeightPieces<MatrixFormat::INT4> {
-  // Each code minus the zero point is an exact small integer (as a float), then times the group's scale.
-  // The word's element pairs (2j, 2j + 1) sit in nibbles j and j + 4 (runtime/matrix_format.h).
+  // Each code minus the zero point decoded as the token steps' GEMV decodes it (RowFormat<INT4>::decode8:
+  // an exact small integer), then times the group's scale.
   __device__ static __forceinline__ uint4 expand(Piece w, Group g) {
-    // 2^23 + q as a float, for a code q in the low mantissa bits; minus 2^23 + zero it is q - zero.
-    const float base = __uint_as_float(0x4b000000u + g.zero);
-    auto element = [&](int nibble) { return (__uint_as_float(0x4b000000u | ((w >> (4 * nibble)) & 0xfu)) - base) * g.scale; };
-    return make_uint4(pack_bf16x2(element(0), element(4)), pack_bf16x2(element(1), element(5)), pack_bf16x2(element(2), element(6)),
-                      pack_bf16x2(element(3), element(7)));
+    float2 e[4];
+    RowFormat<MatrixFormat::INT4>::decode8(w, g, e);
+    return make_uint4(pack_bf16x2(e[0].x * g.scale, e[0].y * g.scale), pack_bf16x2(e[1].x * g.scale, e[1].y * g.scale),
+                      pack_bf16x2(e[2].x * g.scale, e[2].y * g.scale), pack_bf16x2(e[3].x * g.scale, e[3].y * g.scale));
   }
 };
+
+// Piece p (elements 8p .. 8p + 7) of a row of `cols` columns as 8 16-bit values, read and expanded at once
+// (the FMA path's use; the tensor-core paths copy or fetch ahead instead).
+template <MatrixFormat F>
+__device__ __forceinline__ uint4 weight_piece16(const uint8_t* row, int cols, int p) {
+  using W = WeightPieces<F>;
+  if constexpr (W::kCopied) {
+    return load_weight(reinterpret_cast<const uint4*>(row) + p);
+  } else {
+    return W::expand(W::fetch(row, p), W::group(row, cols, p));
+  }
+}
 
 }  // namespace mk::dev

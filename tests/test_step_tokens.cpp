@@ -59,11 +59,9 @@ TEST_P(StepTokensVsReference, PromptStepsAndGreedyTokens) {
   spec.eos = {};
   if (sc.arch == Arch::Qwen3) spec.head_dim = 32;
   if (sc.quantize != Quantize::None) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
-  const auto dir = test::make_temp_dir("step-tokens");
-  test::write_tiny_model(dir, spec);
   LoadOptions load;
   load.quantize = sc.quantize;
-  const auto model = load_model(dir, load);
+  const auto model = test::load_tiny_model(spec, "step-tokens", load);
   test::expect_emulator_matches_reference(*model, prompt_of(37, model->config.vocab_size), options(sc.step_tokens, 64), 12);
 }
 

@@ -108,12 +108,10 @@ std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   if (c.dtype != DType::F8_E4M3 && c.dtype != DType::U4) return load_tiny_model(spec, tag);
   spec.dtype = c.fp16 ? DType::F16 : DType::BF16;
   spec.hidden = 256, spec.intermediate = c.dtype == DType::U4 ? 352 : 336, spec.head_dim = 64;
-  const auto dir = test::make_temp_dir(tag);
-  test::write_tiny_model(dir, spec);
   LoadOptions load;
   load.quantize = c.dtype == DType::U4 ? Quantize::Int4 : Quantize::Fp8;
   load.quantize_head = !c.head16;
-  return load_model(dir, load);
+  return load_tiny_model(spec, tag, load);
 }
 
 class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
