@@ -216,7 +216,7 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
       round_last_t = max(round_last_t, min((task % slices) * kTaskRows + kTaskRows, tokens) - 1);
     }
     const int n_tiles = (first_pos + round_last_t) / kKeyTile + 1;
-    const int first_tile = window > 0 ? max(0, first_pos + round_first_t - window + 1) / kKeyTile : 0;
+    const int first_tile = attention_first_position(first_pos + round_first_t, window) / kKeyTile;
     // Loads in order K0, V0, K1, V1, ... into slots 0, 1, 2, 0, ...: K of tile i + 1 replaces V of tile
     // i - 1 (free once the barrier before tile i's scores is passed), V of tile i + 1 replaces K of tile
     // i (free at the barrier before tile i's P V). One group a load; each wait leaves the newest pending.
@@ -231,7 +231,7 @@ __device__ __noinline__ void chunk_attention_mma(const uint16_t* q, int q_stride
     const int warp_min_pos = first_pos + t0;
     const int warp_max_pos = first_pos + min(t0 + kTaskRows, tokens) - 1;
     const int warp_tiles = active ? warp_max_pos / kKeyTile + 1 : 0;
-    const int warp_first_tile = window > 0 ? max(0, warp_min_pos - window + 1) / kKeyTile : 0;
+    const int warp_first_tile = attention_first_position(warp_min_pos, window) / kKeyTile;
     // Positions of this lane's rows lane / 4 and lane / 4 + 8. Rows past the block's tokens (not stored)
     // attend up to their own position too: their keys past the last position are zero, so stay finite.
     const int pos0 = first_pos + t0 + (lane >> 2);
@@ -477,7 +477,7 @@ __device__ __noinline__ void chunk_attention_portable(const uint16_t* q, int q_s
     }
     const int row0 = pass0 + warp * kRows;  // this warp's first row
     const int pass_max_pos = first_pos + (min(pass0 + kPortableRows, rows_total) - 1) / G;
-    const int pass_first_tile = window > 0 ? max(0, first_pos + pass0 / G - window + 1) / kKeyTile : 0;
+    const int pass_first_tile = attention_first_position(first_pos + pass0 / G, window) / kKeyTile;
     const int warp_max_pos = row0 < rows_total ? first_pos + (min(row0 + kRows, rows_total) - 1) / G : -1;
     int pos[kRows];
     float m[kRows], l[kRows], o[kRows][kPer];

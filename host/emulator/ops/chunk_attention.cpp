@@ -20,7 +20,7 @@ void emulate_chunk_attention(EmulatorState& s, const OpCtx& c, const Instr& in, 
   std::vector<float> o(hd), x(kTile);
   for (uint32_t t = first; t < last; ++t) {
     const int pos = s.chunk_position(chunk, t);
-    const int lo = attention.window > 0 ? std::max(0, pos - attention.window + 1) : 0;  // its first key
+    const int lo = attention_first_position(pos, attention.window);  // its first key
     const uint16_t* K = s.read(c, s.k_cache, cache_base * hd, (cache_base + size_t(pos) + 1) * hd);
     const uint16_t* V = s.read(c, s.v_cache, cache_base * hd, (cache_base + size_t(pos) + 1) * hd);
     const uint16_t* q_all = s.read(c, s.chunk_q, t * q_dim + g * G * hd, t * q_dim + (g + 1) * G * hd);
