@@ -102,16 +102,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_kernel(const MK_GRID_CONSTA
 }
 
 const void* chunk_kernel_entry(MatrixFormat format, bool profile) {
-  auto entry = [profile](auto kernel_false, auto kernel_true) {
-    return profile ? reinterpret_cast<const void*>(kernel_true) : reinterpret_cast<const void*>(kernel_false);
-  };
-  switch (format) {
-    case MatrixFormat::BF16: return entry(&chunk_kernel<MatrixFormat::BF16, false>, &chunk_kernel<MatrixFormat::BF16, true>);
-    case MatrixFormat::F16: return entry(&chunk_kernel<MatrixFormat::F16, false>, &chunk_kernel<MatrixFormat::F16, true>);
-    case MatrixFormat::FP8: return entry(&chunk_kernel<MatrixFormat::FP8, false>, &chunk_kernel<MatrixFormat::FP8, true>);
-    case MatrixFormat::INT4: return entry(&chunk_kernel<MatrixFormat::INT4, false>, &chunk_kernel<MatrixFormat::INT4, true>);
-  }
-  return nullptr;
+  return with_matrix_format(format, [profile](auto format_tag) {
+    constexpr MatrixFormat kF = decltype(format_tag)::value;
+    return profile ? reinterpret_cast<const void*>(&chunk_kernel<kF, true>) : reinterpret_cast<const void*>(&chunk_kernel<kF, false>);
+  });
 }
 
 }  // namespace mk::dev

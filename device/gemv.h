@@ -16,7 +16,9 @@ __device__ __forceinline__ int warp_id() { return int(threadIdx.x) / MK_WARP_SIZ
 // How a GEMV reads a row of each matrix format (runtime/matrix_format.h): in pieces of 8 weights, piece c
 // holding the row's elements 8c..8c+7, times the activations of those elements (a: the first four, b:
 // the last four). A format with scales (kScaled) reads each piece's group parameters (`Group`, from the
-// row's tail: shared memory or global) and folds them into the piece's sum.
+// row's tail: shared memory or global) and folds them into the piece's sum. A scaled format also decodes
+// a piece to its eight elements in units of kUnit before the scale (decode8; scale(group)), which the
+// chunk steps' tiles expand to bf16 (device/weight_pieces.h).
 template <MatrixFormat F>
 struct RowFormat;
 
@@ -79,6 +81,12 @@ struct RowFormat<MatrixFormat::FP8> {
     v23 = make_float2(even.y, odd.y);
   }
 #endif
+  // The piece's eight values in units of kUnit: e[k] = (elements 2k, 2k + 1).
+  __device__ static __forceinline__ void decode8(Piece w, Group, float2 (&e)[4]) {
+    decode4(w.x, e[0], e[1]);
+    decode4(w.y, e[2], e[3]);
+  }
+  __device__ static __forceinline__ float scale(Group g) { return g; }
   // a.x * v0 + a.y * v1 + a.z * v2 + a.w * v3 for the four fp8 of `word`, in units of kUnit.
   __device__ static __forceinline__ float dot4(uint32_t word, float4 a) {
     float2 v01, v23;
@@ -107,6 +115,8 @@ struct RowFormat<MatrixFormat::INT4> {
     float scale;
     uint32_t zero;
   };
+  static constexpr float kUnit = 1.0f;
+  __device__ static __forceinline__ float scale(Group g) { return g.scale; }
   // The piece's eight codes minus the group's zero point, exact, as float pairs: e[k] = (elements 2k,
   // 2k + 1).
   __device__ static __forceinline__ void decode8(Piece w, Group g, float2 (&e)[4]) {

@@ -191,12 +191,7 @@ const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, boo
     return long_context ? pick(format_tag, stream_tag, std::true_type{}) : pick(format_tag, stream_tag, std::false_type{});
   };
   auto with_format = [&](auto stream_tag) -> const void* {
-    switch (format) {
-      case MatrixFormat::F16: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::F16>{}, stream_tag);
-      case MatrixFormat::FP8: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::FP8>{}, stream_tag);
-      case MatrixFormat::INT4: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::INT4>{}, stream_tag);
-      default: return with_long(std::integral_constant<MatrixFormat, MatrixFormat::BF16>{}, stream_tag);
-    }
+    return with_matrix_format(format, [&](auto format_tag) { return with_long(format_tag, stream_tag); });
   };
 #if defined(MK_PLATFORM_NVIDIA)
   if (stream) return with_format(std::true_type{});

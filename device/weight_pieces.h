@@ -13,31 +13,6 @@
 
 namespace mk::dev {
 
-template <MatrixFormat F>
-struct WeightPieces {
-  // 16-bit rows: a piece is 16 bytes copied as they are, with cp.async where the path has it.
-  static constexpr bool kCopied = true;
-  using Piece = uint4;
-  struct Group {};
-};
-
-// Quantized rows: a piece and its group's parameters are loaded into registers (fetch, group), then
-// expanded into 16 bytes of bf16 (expand). All pieces of a k-tile of 32 or 64 columns share one group (a
-// group is 128 columns, a multiple of every k-tile).
-template <MatrixFormat F>
-struct QuantizedWeightPieces {
-  static_assert(matrix_format_quantized(F), "a quantized format");
-  static constexpr bool kCopied = false;
-  using Piece = typename RowFormat<F>::Piece;
-  using Group = typename RowFormat<F>::Group;
-  // Piece p (elements 8p .. 8p + 7) of a row.
-  __device__ static __forceinline__ Piece fetch(const uint8_t* row, int p) {
-    return load_weight(reinterpret_cast<const Piece*>(row + size_t(p) * size_t(row_value_bytes(F, 8))));
-  }
-  // The parameters of piece p's group in a row of `cols` columns.
-  __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int p) { return RowFormat<F>::group_global(row, cols, p); }
-};
-
 // Two floats as a word of two bf16, rounded to nearest even (x in the low half).
 __device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
 #if defined(MK_PLATFORM_NVIDIA)
@@ -49,33 +24,39 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float x, float y) {
 #endif
 }
 
-template <>
-struct WeightPieces<MatrixFormat::FP8> : QuantizedWeightPieces<MatrixFormat::FP8> {
-  // Each fp8 value decoded as the token steps' GEMV decodes it (RowFormat<FP8>::decode4: exact, in units
-  // of kUnit, brought back exactly: a power of two), then a float times the group's scale.
-  __device__ static __forceinline__ uint4 expand(Piece w, Group scale) {
-    using R = RowFormat<MatrixFormat::FP8>;
-    uint32_t out[4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float2 v01, v23;
-      R::decode4(h == 0 ? w.x : w.y, v01, v23);
-      out[2 * h] = pack_bf16x2(v01.x * R::kUnit * scale, v01.y * R::kUnit * scale);
-      out[2 * h + 1] = pack_bf16x2(v23.x * R::kUnit * scale, v23.y * R::kUnit * scale);
-    }
-    return make_uint4(out[0], out[1], out[2], out[3]);
-  }
+// 16-bit rows: a piece is 16 bytes copied as they are, with cp.async where the path has it. Quantized
+// rows: a piece and its group's parameters are loaded into registers (fetch, group), then expanded into
+// 16 bytes of bf16 (expand): each element decoded as the token steps' GEMV decodes it (RowFormat's
+// decode8: exact, in units of kUnit, brought back exactly: a power of two), then a float times the
+// group's scale. All pieces of a k-tile of 32 or 64 columns share one group (a group is 128 columns, a
+// multiple of every k-tile).
+template <MatrixFormat F, bool kQuantized = matrix_format_quantized(F)>
+struct WeightPieces {
+  static constexpr bool kCopied = true;
+  using Piece = uint4;
+  struct Group {};
 };
 
-template <>
-struct WeightPieces<MatrixFormat::INT4> : QuantizedWeightPieces<MatrixFormat::INT4> {
-  // Each code minus the zero point decoded as the token steps' GEMV decodes it (RowFormat<INT4>::decode8:
-  // an exact small integer), then times the group's scale.
+template <MatrixFormat F>
+struct WeightPieces<F, true> {
+  using R = RowFormat<F>;
+  static constexpr bool kCopied = false;
+  using Piece = typename R::Piece;
+  using Group = typename R::Group;
+  // Piece p (elements 8p .. 8p + 7) of a row.
+  __device__ static __forceinline__ Piece fetch(const uint8_t* row, int p) {
+    return load_weight(reinterpret_cast<const Piece*>(row + size_t(p) * size_t(row_value_bytes(F, 8))));
+  }
+  // The parameters of piece p's group in a row of `cols` columns.
+  __device__ static __forceinline__ Group group(const uint8_t* row, int cols, int p) { return R::group_global(row, cols, p); }
   __device__ static __forceinline__ uint4 expand(Piece w, Group g) {
     float2 e[4];
-    RowFormat<MatrixFormat::INT4>::decode8(w, g, e);
-    return make_uint4(pack_bf16x2(e[0].x * g.scale, e[0].y * g.scale), pack_bf16x2(e[1].x * g.scale, e[1].y * g.scale),
-                      pack_bf16x2(e[2].x * g.scale, e[2].y * g.scale), pack_bf16x2(e[3].x * g.scale, e[3].y * g.scale));
+    R::decode8(w, g, e);
+    const float s = R::scale(g);
+    uint32_t out[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] = pack_bf16x2(e[k].x * R::kUnit * s, e[k].y * R::kUnit * s);
+    return make_uint4(out[0], out[1], out[2], out[3]);
   }
 };
 

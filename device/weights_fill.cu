@@ -17,43 +17,31 @@ __global__ void fill_kernel(uint8_t* dst, uint64_t count, bool f32, bool fp16, f
   }
 }
 
-// An FP8 matrix (runtime/matrix_format.h), a 4-byte word per thread step: values of random sign, exponent
-// and mantissa, |v| in [2^-6, 1.875] (never a NaN code), and every group scale equal to `scale`.
-__global__ void fill_fp8_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
+// A quantized matrix in format F (runtime/matrix_format.h), a 4-byte word per thread step: random codes
+// (MatrixCodec<F>::random_code, each from its kRandomBits of one 64-bit draw per word) and every group's
+// parameters random_group(scale).
+template <MatrixFormat F>
+__global__ void fill_quantized_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
+  using Codec = MatrixCodec<F>;
+  constexpr uint32_t kBits = uint32_t(matrix_element_bits(F)), kCodesPerWord = 32 / kBits;
+  static_assert(kCodesPerWord * Codec::kRandomBits <= 64, "one 64-bit draw per word");
+  const GroupParams params = Codec::random_group(scale);
   const uint64_t words = rows * row_bytes / 4;
-  const uint32_t scale_words = uint32_t(scale_groups(MatrixFormat::FP8, int(cols)));
+  const uint32_t groups = uint32_t(scale_groups(F, int(cols))), values = uint32_t(row_value_bytes(F, int(cols)));
   for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x) {
     const uint32_t at = uint32_t((i * 4) % row_bytes);
-    if (at < cols) {
+    if (at < values) {  // the word's codes: any order of random codes is random, so the bit order needs no care
       const uint64_t bits = mix64(seed + i);
       uint32_t word = 0;
-      for (int b = 0; b < 4; ++b) {
-        const uint32_t r = uint32_t(bits >> (16 * b));
-        const uint32_t code = (r & 0x80u) | ((1u + (r >> 8) % 7u) << 3) | (r & 7u);
-        word |= code << (8 * b);
-      }
+      for (uint32_t k = 0; k < kCodesPerWord; ++k) word |= Codec::random_code(uint32_t(bits >> (Codec::kRandomBits * k))) << (kBits * k);
       dst[i] = word;
-    } else {
-      dst[i] = (at - cols) / 4 < scale_words ? __float_as_uint(scale) : 0u;
-    }
-  }
-}
-
-// An INT4 matrix (runtime/matrix_format.h), a 4-byte word per thread step: random codes, every group scale
-// `scale` / 8 and zero point 8, so values are uniform over (-8..7) * scale / 8.
-__global__ void fill_int4_kernel(uint32_t* dst, uint64_t rows, uint32_t cols, uint32_t row_bytes, float scale, uint64_t seed) {
-  const uint64_t words = rows * row_bytes / 4;
-  const uint32_t groups = uint32_t(scale_groups(MatrixFormat::INT4, int(cols))), values = cols / 2;
-  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < words; i += uint64_t(gridDim.x) * blockDim.x) {
-    const uint32_t at = uint32_t((i * 4) % row_bytes);
-    if (at < values) {
-      dst[i] = uint32_t(mix64(seed + i));
     } else if (at - values < 4 * groups) {
-      dst[i] = __float_as_uint(scale / 8.0f);
+      dst[i] = __float_as_uint(params.scale);
     } else {
       uint32_t word = 0;
-      for (uint32_t b = 0; b < 4; ++b)
-        if (at + b - values - 4 * groups < groups) word |= 8u << (8 * b);
+      if constexpr (matrix_format_zero_points(F))
+        for (uint32_t b = 0; b < 4; ++b)
+          if (at + b - values - 4 * groups < groups) word |= uint32_t(params.zero) << (8 * b);
       dst[i] = word;
     }
   }
@@ -78,16 +66,18 @@ void fill_random_weights(uint8_t* image, const ModelConfig& c, const WeightLayou
   auto fill = [&](uint64_t offset, uint64_t count, bool f32, float scale, float center) {
     fill_values(offset, count, f32, false, scale, center);
   };
-  // A matrix [rows, cols] in format f ~ uniform(-scale, scale) (FP8: |v| up to ~1.9 * scale).
+  // A matrix [rows, cols] in format f ~ uniform(-scale, scale) (quantized: as its MatrixCodec's random codes
+  // give; FP8: |v| up to ~1.9 * scale).
   auto matrix_in = [&](MatrixFormat f, uint64_t offset, uint64_t rows, uint64_t cols, float scale) {
     uint32_t* dst = reinterpret_cast<uint32_t*>(image + offset);
     const uint32_t row_bytes = uint32_t(matrix_row_bytes(f, int(cols)));
-    if (f == MatrixFormat::FP8)
-      hipLaunchKernelGGL(fill_fp8_kernel, dim3(1024), dim3(256), 0, nullptr, dst, rows, uint32_t(cols), row_bytes, scale, mix64(seed + ++piece));
-    else if (f == MatrixFormat::INT4)
-      hipLaunchKernelGGL(fill_int4_kernel, dim3(1024), dim3(256), 0, nullptr, dst, rows, uint32_t(cols), row_bytes, scale, mix64(seed + ++piece));
-    else
-      return fill_values(offset, rows * cols, false, f == MatrixFormat::F16, scale, 0.0f);
+    if (!matrix_format_quantized(f)) return fill_values(offset, rows * cols, false, f == MatrixFormat::F16, scale, 0.0f);
+    with_matrix_format(f, [&](auto format) {
+      constexpr MatrixFormat F = decltype(format)::value;
+      if constexpr (matrix_format_quantized(F))
+        hipLaunchKernelGGL(fill_quantized_kernel<F>, dim3(1024), dim3(256), 0, nullptr, dst, rows, uint32_t(cols), row_bytes, scale,
+                           mix64(seed + ++piece));
+    });
     MK_GPU_CHECK(hipGetLastError());
   };
   auto matrix = [&](uint64_t offset, uint64_t rows, uint64_t cols, float scale) { matrix_in(w.format, offset, rows, cols, scale); };

@@ -4,17 +4,6 @@
 
 namespace mk {
 
-std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::F8_E4M3: return "F8_E4M3";
-    case DType::U4: return "U4";
-  }
-  return "?";
-}
-
 uint8_t float_to_fp8_e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;

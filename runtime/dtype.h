@@ -14,12 +14,40 @@ namespace mk {
 // U4: 4-bit unsigned codes 0..15, two per byte in element order (element i in byte i / 2, the low nibble
 // for even i). Not a safetensors dtype: the loader unpacks the int4 checkpoint forms (AWQ, GPTQ) into it,
 // and the quantizer writes it. An element's value is (code - zero) * scale, from its TensorScale.
-enum class DType : uint8_t { F32, F16, BF16, F8_E4M3, U4 };
+// X(enumerator, name (safetensors' where it is one), bits per element)
+#define MK_FOR_EACH_DTYPE(X) \
+  X(F32, "F32", 32)          \
+  X(F16, "F16", 16)          \
+  X(BF16, "BF16", 16)        \
+  X(F8_E4M3, "F8_E4M3", 8)   \
+  X(U4, "U4", 4)
 
-inline constexpr int dtype_bits(DType t) { return t == DType::F32 ? 32 : t == DType::F8_E4M3 ? 8 : t == DType::U4 ? 4 : 16; }
+enum class DType : uint8_t {
+#define MK_DTYPE_ENUMERATOR(E, ...) E,
+  MK_FOR_EACH_DTYPE(MK_DTYPE_ENUMERATOR)
+#undef MK_DTYPE_ENUMERATOR
+};
+
+MK_HD_INLINE constexpr int dtype_bits(DType t) {
+  switch (t) {
+#define MK_DTYPE_BITS(E, name, bits) \
+  case DType::E: return bits;
+    MK_FOR_EACH_DTYPE(MK_DTYPE_BITS)
+#undef MK_DTYPE_BITS
+  }
+  return 0;
+}
 // Bytes per element of the whole-byte dtypes (U4 has none: use dtype_bits).
 inline constexpr int dtype_size(DType t) { return dtype_bits(t) / 8; }
-std::string_view dtype_name(DType t);  // "F32", "F16", "BF16", "F8_E4M3" as in safetensors; "U4"
+inline constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+#define MK_DTYPE_NAME(E, name, bits) \
+  case DType::E: return name;
+    MK_FOR_EACH_DTYPE(MK_DTYPE_NAME)
+#undef MK_DTYPE_NAME
+  }
+  return "?";
+}
 
 // nvcc's device pass has the intrinsics; g++ and clang (HIP included) have __builtin_bit_cast.
 MK_HD_INLINE float bits_to_float(uint32_t bits) {
@@ -131,6 +159,21 @@ MK_HD_INLINE float load_as_float(const void* data, DType t, int64_t i) {
     case DType::U4: return float((static_cast<const uint8_t*>(data)[i / 2] >> (4 * (i & 1))) & 0xfu);
     default: return bf16_to_float(load_element<uint16_t>(data, i));
   }
+}
+
+// The bits of element i of an array of `t` of at most 16 bits: sub-byte elements in element order (element
+// i of 4 bits in byte i / 2, the low nibble for even i).
+inline uint32_t load_code(const void* data, DType t, int64_t i) {
+  const int bits = dtype_bits(t);
+  if (bits == 16) return load_element<uint16_t>(data, i);
+  const int per_byte = 8 / bits;
+  const uint32_t byte = static_cast<const uint8_t*>(data)[i / per_byte];
+  return (byte >> (bits * (i % per_byte))) & ((1u << bits) - 1u);
+}
+// Sets element i of an array of `t` of at most 8 bits whose bits there are still 0.
+inline void store_code(void* data, DType t, int64_t i, uint32_t code) {
+  const int bits = dtype_bits(t), per_byte = 8 / bits;
+  static_cast<uint8_t*>(data)[i / per_byte] |= uint8_t(code << (bits * (i % per_byte)));
 }
 
 }  // namespace mk

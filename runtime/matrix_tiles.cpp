@@ -43,13 +43,17 @@ float matrix_tiles_element(const uint8_t* tiles, const MatrixTiles& shape, int r
   const uint8_t* ts = tiles + shape.offset(s, r / kTileRows);
   const int E = piece_elements(f), p = k / E, e = k % E;
   const uint8_t* piece = ts + 16 * tile_piece_place(p, tr);
-  if (!matrix_format_quantized(f)) return load_as_float(piece, f == MatrixFormat::F16 ? DType::F16 : DType::BF16, e);
+  if (!matrix_format_quantized(f)) return load_as_float(piece, matrix_format_dtype(f), e);
   const uint8_t* params = ts + tile_code_bytes(f, cols_s);
   const int gi = k / kTileGroup, n_groups = cols_s / kTileGroup;
   float scale;
   std::memcpy(&scale, params + tile_scale_offset(gi, tr), 4);
-  if (f == MatrixFormat::FP8) return fp8_e4m3_to_float(piece[e]) * scale;
-  return float(int4_code(piece, e) - int(params[tile_zero_offset(n_groups, gi, tr)])) * scale;
+  const int zero = matrix_format_zero_points(f) ? int(params[tile_zero_offset(n_groups, gi, tr)]) : 0;
+  return with_matrix_format(f, [&](auto format) {
+    constexpr MatrixFormat F = decltype(format)::value;
+    if constexpr (matrix_format_quantized(F)) return MatrixCodec<F>::value(row_code(F, piece, e), scale, zero);
+    else return 0.0f;
+  });
 }
 
 std::vector<uint8_t> pack_activations(const float* x, int M, int cols, MatrixFormat format) {

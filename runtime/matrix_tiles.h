@@ -50,19 +50,17 @@ inline constexpr int kTileGroup = 128;
 inline constexpr int kMaxActColumns = 16;
 
 // Elements in a 16-byte piece of a row, and the columns a warp covers in one step (4 lanes of pieces).
-MK_HD_INLINE constexpr int piece_elements(MatrixFormat f) {
-  return f == MatrixFormat::INT4 ? 32 : f == MatrixFormat::FP8 ? 16 : 8;
-}
+MK_HD_INLINE constexpr int piece_elements(MatrixFormat f) { return 128 / matrix_element_bits(f); }
 MK_HD_INLINE constexpr int tile_k_step(MatrixFormat f) { return 4 * piece_elements(f); }
-MK_HD_INLINE constexpr int tile_slice_cols(MatrixFormat f) { return f == MatrixFormat::BF16 || f == MatrixFormat::F16 ? 512 : 1024; }
+MK_HD_INLINE constexpr int tile_slice_cols(MatrixFormat f) { return matrix_format_quantized(f) ? 1024 : 512; }
 // Whether the activations of a matrix in format `f` are split into f16 parts (else bf16).
 MK_HD_INLINE constexpr bool tile_activations_f16(MatrixFormat f) { return f != MatrixFormat::BF16; }
 
 // Bytes of a tile slice of `cols` columns: its codes, then (quantized formats) its parameters: per scale
-// group, the 16 rows' f32 scales; then (INT4) per group the 16 rows' zero-point bytes.
+// group, the 16 rows' f32 scales; then (formats with zero points) per group the 16 rows' zero-point bytes.
 MK_HD_INLINE constexpr int tile_code_bytes(MatrixFormat f, int cols) { return kTileRows * row_value_bytes(f, cols); }
 MK_HD_INLINE constexpr int tile_param_bytes(MatrixFormat f, int cols) {
-  return (cols / kTileGroup) * (f == MatrixFormat::INT4 ? kTileRows * 5 : f == MatrixFormat::FP8 ? kTileRows * 4 : 0);
+  return !matrix_format_quantized(f) ? 0 : (cols / kTileGroup) * kTileRows * (4 + (matrix_format_zero_points(f) ? 1 : 0));
 }
 MK_HD_INLINE constexpr int tile_slice_bytes(MatrixFormat f, int cols) { return tile_code_bytes(f, cols) + tile_param_bytes(f, cols); }
 // A packed activation column's bytes per slice: the slice's values x (hi + lo) x 2 bytes, then 64 bytes

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,11 +103,12 @@ struct Model {
   uint64_t weight_bytes() const;                          // bytes of all tensors in `weights`, lm_head once if tied
 };
 
-// Load-time quantization of a bf16/fp16/fp32 checkpoint (runtime/quantize.h).
-enum class Quantize : uint8_t { None, Fp8, Int4 };
+// Load-time quantization of a bf16/fp16/fp32 checkpoint (runtime/quantize.h): the quantized matrix format
+// asked for, or none (std::nullopt).
+using Quantize = std::optional<MatrixFormat>;
 
 struct LoadOptions {
-  Quantize quantize = Quantize::None;
+  Quantize quantize;
   std::function<void(int done, int total)> on_quantize_progress;  // matrices quantized so far
   // With `quantize`: whether the embedding and the LM head are quantized too (else they keep 16 bits).
   bool quantize_head = true;

@@ -101,8 +101,9 @@ std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format
 }
 
 std::unique_ptr<Model> preset_model(const std::string& name, const LoadOptions& options) {
-  if (options.quantize == Quantize::None) return preset_model(name);
-  const MatrixFormat f = options.quantize == Quantize::Int4 ? MatrixFormat::INT4 : MatrixFormat::FP8;
+  if (!options.quantize) return preset_model(name);
+  const MatrixFormat f = *options.quantize;
+  if (!matrix_format_quantized(f)) fail("load-time quantization to {} is not a quantized format", matrix_format_name(f));
   return preset_model(name, f, options.quantize_head ? f : MatrixFormat::BF16);
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <type_traits>
 
@@ -16,8 +17,6 @@
 namespace mk {
 namespace {
 
-constexpr float kFp8Max = 448.0f;
-constexpr int kInt4Max = 15;
 constexpr int kMaxScaleGroup = 128;  // the largest scale group of a quantized format (a row group's buffer)
 
 // The layers' weight matrices (what the body format covers), layer by layer.
@@ -38,9 +37,14 @@ std::vector<T*> matrices_of(M& model) {
   return out;
 }
 
-bool is_quantized_dtype(DType t) { return t == DType::F8_E4M3 || t == DType::U4; }
+// The quantized format whose codes a tensor of dtype `t` holds, if any.
+std::optional<MatrixFormat> quantized_format_of(DType t) {
+  for (const MatrixFormat f : kMatrixFormats)
+    if (matrix_format_quantized(f) && matrix_format_dtype(f) == t) return f;
+  return std::nullopt;
+}
 
-MatrixFormat quantized_format_of(DType t) { return t == DType::U4 ? MatrixFormat::INT4 : MatrixFormat::FP8; }
+bool is_quantized_dtype(DType t) { return quantized_format_of(t).has_value(); }
 
 using Owned = std::vector<std::shared_ptr<const std::vector<uint8_t>>>;
 
@@ -56,89 +60,71 @@ void read_group(const TensorView& t, int64_t r, int64_t c0, int64_t c1, float* g
 }
 
 // One matrix, row by row, group by group: codes, per-group scales (and zero points) into owned buffers.
-void quantize_matrix(TensorView& t, MatrixFormat format, Owned& owned, std::mutex& owned_lock) {
-  const int64_t rows = t.shape[0], cols = t.shape[1], groups = scale_groups(format, int(cols));
-  const int64_t group_cols = matrix_scale_group(format);
-  const bool int4 = format == MatrixFormat::INT4;
-  auto values = std::make_shared<std::vector<uint8_t>>(size_t(int4 ? (rows * cols + 1) / 2 : rows * cols), uint8_t(0));
+template <MatrixFormat F>
+void quantize_matrix(TensorView& t, Owned& owned, std::mutex& owned_lock) {
+  using Codec = MatrixCodec<F>;
+  constexpr DType kDType = matrix_format_dtype(F);
+  constexpr bool kZeros = matrix_format_zero_points(F);
+  constexpr int64_t kGroupCols = matrix_scale_group(F);
+  static_assert(kGroupCols <= kMaxScaleGroup);
+  const int64_t rows = t.shape[0], cols = t.shape[1], groups = scale_groups(F, int(cols));
+  auto values = std::make_shared<std::vector<uint8_t>>(size_t((rows * cols * dtype_bits(kDType) + 7) / 8), uint8_t(0));
   auto scales = std::make_shared<std::vector<uint8_t>>(size_t(rows * groups) * sizeof(float));
-  auto zeros = std::make_shared<std::vector<uint8_t>>(int4 ? size_t(rows * groups) : size_t(0));
+  auto zeros = std::make_shared<std::vector<uint8_t>>(kZeros ? size_t(rows * groups) : size_t(0));
   float* scale = reinterpret_cast<float*>(scales->data());
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c0 = g * group_cols, c1 = std::min(cols, c0 + group_cols);
+      const int64_t c0 = g * kGroupCols, c1 = std::min(cols, c0 + kGroupCols);
       std::array<float, kMaxScaleGroup> group;
-      static_assert(matrix_scale_group(MatrixFormat::FP8) <= kMaxScaleGroup && matrix_scale_group(MatrixFormat::INT4) <= kMaxScaleGroup);
       read_group(t, r, c0, c1, group.data());
       const auto [lo, hi] = std::minmax_element(group.begin(), group.begin() + (c1 - c0));
-      if (!int4) {
-        const float amax = std::max(std::fabs(*lo), std::fabs(*hi));
-        const float s = amax > 0.f ? amax / kFp8Max : 1.0f;
-        scale[r * groups + g] = s;
-        for (int64_t c = c0; c < c1; ++c) (*values)[size_t(r * cols + c)] = float_to_fp8_e4m3(group[c - c0] / s);
-        continue;
-      }
-      // Asymmetric min-max: the 16 codes span [min, max]; a constant group (max == min) keeps its value
-      // exactly as code 8 + 7 or 8 - 7 around zero point 8, a zero group as code 8.
-      float s;
-      int zero;
-      if (*hi > *lo) {
-        s = (*hi - *lo) / float(kInt4Max);
-        zero = std::clamp(int(std::nearbyint(-*lo / s)), 0, kInt4Max);
-      } else {
-        s = *lo != 0.f ? std::fabs(*lo) / 7.0f : 1.0f;
-        zero = 8;
-      }
-      scale[r * groups + g] = s;
-      (*zeros)[size_t(r * groups + g)] = uint8_t(zero);
-      for (int64_t c = c0; c < c1; ++c) {
-        const int code = std::clamp(int(std::nearbyint(group[c - c0] / s)) + zero, 0, kInt4Max);
-        const size_t i = size_t(r * cols + c);
-        (*values)[i / 2] |= uint8_t(code << (4 * (i & 1)));
-      }
+      const GroupParams params = Codec::fit(*lo, *hi);
+      scale[r * groups + g] = params.scale;
+      if constexpr (kZeros) (*zeros)[size_t(r * groups + g)] = uint8_t(params.zero);
+      for (int64_t c = c0; c < c1; ++c) store_code(values->data(), kDType, r * cols + c, Codec::encode(group[c - c0], params));
     }
   }
   TensorView q;
   q.name = t.name;
-  q.dtype = matrix_format_dtype(format);
+  q.dtype = kDType;
   q.shape = t.shape;
   q.data = values->data();
   q.scale.name = t.name + " (scales made at load time)";
   q.scale.dtype = DType::F32;
   q.scale.data = scales->data();
   q.scale.block_rows = 1;
-  q.scale.block_cols = int(group_cols);
+  q.scale.block_cols = int(kGroupCols);
   q.scale.cols = groups;
   q.scale.count = rows * groups;
-  if (int4) q.scale.zero = zeros->data();
+  if (kZeros) q.scale.zero = zeros->data();
   t = q;
   std::lock_guard<std::mutex> lock(owned_lock);
   owned.push_back(std::move(values));
   owned.push_back(std::move(scales));
-  if (int4) owned.push_back(std::move(zeros));
+  if (kZeros) owned.push_back(std::move(zeros));
 }
 
-Quantize quantize_of(MatrixFormat f) { return f == MatrixFormat::INT4 ? Quantize::Int4 : Quantize::Fp8; }
+void quantize_matrix(TensorView& t, MatrixFormat format, Owned& owned, std::mutex& owned_lock) {
+  with_matrix_format(format, [&](auto f) {
+    constexpr MatrixFormat F = decltype(f)::value;
+    if constexpr (matrix_format_quantized(F)) quantize_matrix<F>(t, owned, owned_lock);
+    else fail("tensor {}: {} is not a quantized format", t.name, matrix_format_name(F));
+  });
+}
+
 
 }  // namespace
 
 std::vector<TensorView*> weight_matrices(Model& model) { return matrices_of<Model, TensorView>(model); }
 std::vector<const TensorView*> weight_matrices(const Model& model) { return matrices_of<const Model, const TensorView>(model); }
 
-DType matrix_format_dtype(MatrixFormat f) {
-  switch (f) {
-    case MatrixFormat::F16: return DType::F16;
-    case MatrixFormat::FP8: return DType::F8_E4M3;
-    case MatrixFormat::INT4: return DType::U4;
-    default: return DType::BF16;
-  }
-}
 
 namespace {
 
 // The matrix format a tensor's dtype reads as: its quantized format, F16, or BF16 (F32 is converted to it).
 MatrixFormat format_of_dtype(DType t) {
-  return is_quantized_dtype(t) ? quantized_format_of(t) : t == DType::F16 ? MatrixFormat::F16 : MatrixFormat::BF16;
+  if (const auto q = quantized_format_of(t)) return *q;
+  return t == DType::F16 ? MatrixFormat::F16 : MatrixFormat::BF16;
 }
 
 // The layers' format as stored: the quantized format of any quantized matrix, else the 16-bit type of
@@ -146,7 +132,7 @@ MatrixFormat format_of_dtype(DType t) {
 MatrixFormat stored_body_format(const Model& model) {
   const std::vector<const TensorView*> matrices = layer_matrices(model.weights);
   for (const TensorView* t : matrices)
-    if (is_quantized_dtype(t->dtype)) return quantized_format_of(t->dtype);
+    if (const auto q = quantized_format_of(t->dtype)) return *q;
   for (const TensorView* t : matrices)
     if (t->dtype == DType::F16 || t->dtype == DType::BF16) return format_of_dtype(t->dtype);
   return MatrixFormat::BF16;
@@ -187,12 +173,16 @@ std::string scale_group_problem(const TensorView& t) {
   if (!t.quantized()) return fmt::format("tensor {} is {} without scales", t.name, dtype_name(t.dtype));
   const int64_t cols = t.shape[1];
   const TensorScale& s = t.scale;
-  const int group = matrix_scale_group(quantized_format_of(t.dtype));
+  const std::optional<MatrixFormat> quantized = quantized_format_of(t.dtype);
+  if (!quantized) return fmt::format("tensor {} is {}, which no quantized matrix format holds", t.name, dtype_name(t.dtype));
+  const MatrixFormat format = *quantized;
+  const int group = matrix_scale_group(format);
   if (s.block_cols % group != 0 && s.block_cols < cols)
     return fmt::format("tensor {}: scale blocks of {} columns do not cover whole {}-column groups (the kernels read "
                        "one scale per {} columns of a row)",
                        s.name, s.block_cols, group, group);
-  if (t.dtype == DType::U4 && s.zero == nullptr) return fmt::format("tensor {} is int4 without zero points", t.name);
+  if (matrix_format_zero_points(format) && s.zero == nullptr)
+    return fmt::format("tensor {} is {} without zero points", t.name, matrix_format_name(format));
   return {};
 }
 
@@ -233,8 +223,10 @@ void bring_to_target_formats(Model& model, const LoadOptions& options) {
   const bool tied = w.lm_head.data == w.embed.data;
   const MatrixFormat stored = stored_body_format(model);
   MatrixFormat target = stored;
-  if (options.quantize != Quantize::None) {
-    target = options.quantize == Quantize::Int4 ? MatrixFormat::INT4 : MatrixFormat::FP8;
+  if (options.quantize) {
+    target = *options.quantize;
+    if (!matrix_format_quantized(target))
+      fail("model {}: load-time quantization to {} is not a quantized format", model.dir.string(), matrix_format_name(target));
     if (matrix_format_quantized(stored) && stored != target)
       fail("model {} is stored in {}; it cannot be quantized to {} (run it as stored, without the quantize option)",
            model.dir.string(), matrix_format_name(stored), matrix_format_name(target));
@@ -258,7 +250,7 @@ void bring_to_target_formats(Model& model, const LoadOptions& options) {
            dtype_name(t->dtype), dtype_name(dtype));
     head_quantized |= t->dtype == dtype;
   }
-  if (options.quantize == quantize_of(target) && options.quantize_head) head_quantized = true;
+  if (options.quantize == target && options.quantize_head) head_quantized = true;
   if (head_quantized)
     for (TensorView* t : head)
       if (t->dtype != dtype) todo.push_back(t);

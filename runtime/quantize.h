@@ -15,9 +15,6 @@ namespace mk {
 std::vector<TensorView*> weight_matrices(Model& model);
 std::vector<const TensorView*> weight_matrices(const Model& model);
 
-// The dtype a matrix has in memory when it is in format `f` (FP8: F8_E4M3, INT4: U4).
-DType matrix_format_dtype(MatrixFormat f);
-
 // The formats the kernels read a loaded model's matrices in, from its tensors' dtypes: the layers' (FP8 or
 // INT4 when they are quantized so, F16 for fp16 checkpoints, BF16 otherwise; F32 is converted to the
 // 16-bit format) and the head's (the layers' next to 16-bit layers; next to quantized layers, the
@@ -28,14 +25,15 @@ DType matrix_format_dtype(MatrixFormat f);
 WeightFormats resolve_weight_formats(const Model& model);
 
 // Brings a loaded model's matrices into the formats the kernels will read, as `options` ask:
-// - `options.quantize` Fp8 / Int4: every layer matrix not yet in that format is quantized (a checkpoint
+// - `options.quantize` a quantized format (FP8, INT4): every layer matrix not yet in that format is quantized (a checkpoint
 //   already quantized in the other format is an error), and the embedding and LM head too unless
 //   `options.quantize_head` is false;
 // - none: a quantized checkpoint runs as stored; where only one of the embedding and an untied LM head is
 //   quantized, the other is brought along (one head format per image).
 // Then sets model.formats (resolve_weight_formats).
-// Scales: per row, one per matrix_scale_group(format) columns; FP8 amax / 448, INT4 (max - min) / 15 with a zero point,
-// values rounded to nearest (even). The new tensors live in model.owned; a tied LM head stays the
+// Scales: per row, one per matrix_scale_group(format) columns, as the format's MatrixCodec fits them
+// (runtime/matrix_format.h: FP8 amax / 448, INT4 (max - min) / 15 with a zero point), values rounded to
+// nearest (even). The new tensors live in model.owned; a tied LM head stays the
 // embedding. `options.on_quantize_progress(done, total)` after each matrix. Throws BadModelError naming the
 // tensor and element for a NaN or infinite weight.
 void prepare_matrix_formats(Model& model, const LoadOptions& options);

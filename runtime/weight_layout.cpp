@@ -100,49 +100,50 @@ float group_scale(const TensorView& t, int64_t r, int g, int group_cols) {
   return s;
 }
 
-// Rows of a quantized matrix in its row form (runtime/matrix_format.h): the values, then each column
-// group's scale (and, for INT4, zero point), padded.
-void append_quantized_rows(const TensorView& t, int64_t first_row, int64_t rows, MatrixFormat f, std::vector<uint8_t>& out) {
-  if (t.dtype != matrix_format_dtype(f))
+// Rows of a quantized matrix in its row form (runtime/matrix_format.h): the codes, then each column
+// group's scale (and zero point), padded. A code that is no number is refused with its element.
+template <MatrixFormat F>
+void append_quantized_rows(const TensorView& t, int64_t first_row, int64_t rows, std::vector<uint8_t>& out) {
+  constexpr DType kDType = matrix_format_dtype(F);
+  constexpr int kGroupCols = matrix_scale_group(F);
+  if (t.dtype != kDType)
     throw BadModelError(fmt::format("tensor {} is {}, but it is packed as {}: every matrix of a part of the image (the layers, "
                                     "or the embedding and LM head) has one format (runtime/quantize.h converts them)",
-                                    t.name, dtype_name(t.dtype), matrix_format_name(f)));
+                                    t.name, dtype_name(t.dtype), matrix_format_name(F)));
   if (const std::string problem = scale_group_problem(t); !problem.empty()) throw BadModelError(problem);
   const int64_t cols = t.shape[1];
-  const int groups = scale_groups(f, int(cols));
-  const size_t row_bytes = size_t(matrix_row_bytes(f, int(cols))), value_bytes = size_t(row_value_bytes(f, int(cols)));
-  const uint8_t* values = static_cast<const uint8_t*>(t.data);
+  const int groups = scale_groups(F, int(cols));
+  const size_t row_bytes = size_t(matrix_row_bytes(F, int(cols))), value_bytes = size_t(row_value_bytes(F, int(cols)));
   for (int64_t r = first_row; r < first_row + rows; ++r) {
     const size_t at = out.size();
     out.resize(at + row_bytes, 0);
     uint8_t* row = out.data() + at;
-    if (f == MatrixFormat::FP8) {
-      std::memcpy(row, values + size_t(r * cols), size_t(cols));
-      for (int64_t c = 0; c < cols; ++c)
-        if ((values[size_t(r * cols + c)] & 0x7fu) == 0x7fu)
-          throw BadModelError(fmt::format("tensor {}: element [{}, {}] is NaN; a model with NaN weights cannot run", t.name, r, c));
-    } else {  // INT4: element c's code into nibble int4_nibble(c % 8) of word c / 8
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint32_t code = uint32_t(load_as_float(values, DType::U4, r * cols + c));
-        const int bit = 32 * int(c / 8) + 4 * int4_nibble(int(c % 8));
-        row[bit / 8] |= uint8_t(code << (bit % 8));
-      }
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t code = load_code(t.data, kDType, r * cols + c);
+      if (!MatrixCodec<F>::valid(code))
+        throw BadModelError(fmt::format("tensor {}: element [{}, {}] is NaN; a model with NaN weights cannot run", t.name, r, c));
+      set_row_code(F, row, int(c), code);
     }
     for (int g = 0; g < groups; ++g) {
-      const float s = group_scale(t, r, g, matrix_scale_group(f));
+      const float s = group_scale(t, r, g, kGroupCols);
       std::memcpy(row + value_bytes + 4 * size_t(g), &s, 4);
-      if (f == MatrixFormat::INT4) row[value_bytes + 4 * size_t(groups) + size_t(g)] = uint8_t(t.scale.zero_at(r, int64_t(g) * matrix_scale_group(f)));
+      if constexpr (matrix_format_zero_points(F))
+        row[value_bytes + 4 * size_t(groups) + size_t(g)] = uint8_t(t.scale.zero_at(r, int64_t(g) * kGroupCols));
     }
   }
 }
 
 // Rows [first_row, first_row + rows) of matrix `t` in format `f`, appended to `out`.
 void append_matrix_rows(const TensorView& t, int64_t first_row, int64_t rows, MatrixFormat f, std::vector<uint8_t>& out) {
-  if (matrix_format_quantized(f)) return append_quantized_rows(t, first_row, rows, f, out);
+  if (matrix_format_quantized(f))
+    return with_matrix_format(f, [&](auto format) {
+      constexpr MatrixFormat F = decltype(format)::value;
+      if constexpr (matrix_format_quantized(F)) append_quantized_rows<F>(t, first_row, rows, out);
+    });
   if (t.quantized())
     throw BadModelError(fmt::format("tensor {} is {} but it is packed as {}", t.name, dtype_name(t.dtype), matrix_format_name(f)));
   const int64_t cols = t.shape[1];
-  convert(t, first_row * cols, rows * cols, f == MatrixFormat::F16 ? DType::F16 : DType::BF16, out);
+  convert(t, first_row * cols, rows * cols, matrix_format_dtype(f), out);
 }
 
 }  // namespace

@@ -110,10 +110,10 @@ TEST_P(EmulatorQuantized, MatchesTheReferenceOnTheDequantizedWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, EmulatorQuantized,
-                         ::testing::Values(QuantizedCase{Quantize::Fp8, true, MatrixFormat::FP8},
-                                           QuantizedCase{Quantize::Fp8, false, MatrixFormat::FP8},
-                                           QuantizedCase{Quantize::Int4, true, MatrixFormat::INT4},
-                                           QuantizedCase{Quantize::Int4, false, MatrixFormat::INT4}),
+                         ::testing::Values(QuantizedCase{MatrixFormat::FP8, true, MatrixFormat::FP8},
+                                           QuantizedCase{MatrixFormat::FP8, false, MatrixFormat::FP8},
+                                           QuantizedCase{MatrixFormat::INT4, true, MatrixFormat::INT4},
+                                           QuantizedCase{MatrixFormat::INT4, false, MatrixFormat::INT4}),
                          [](const auto& test_info) {
                            return std::string(matrix_format_name(test_info.param.format)) + (test_info.param.quantize_head ? "_head_quantized" : "_head_bf16");
                          });

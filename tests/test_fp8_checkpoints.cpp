@@ -274,7 +274,7 @@ TEST_P(Fp8Checkpoint, LoadsAsStoredWithItsScales) {
 TEST(Fp8Checkpoints, QuantizeOptionBringsTheHeadAlong) {
   const Checkpoint ck = make_checkpoint(Form::Block128, "fp8-head");
   LoadOptions fp8;
-  fp8.quantize = Quantize::Fp8;
+  fp8.quantize = MatrixFormat::FP8;
   const auto model = ck.load(fp8);
   EXPECT_EQ(model->formats.body, MatrixFormat::FP8);
   EXPECT_EQ(model->formats.head, MatrixFormat::FP8);
@@ -288,7 +288,7 @@ TEST(Fp8Checkpoints, QuantizeOptionBringsTheHeadAlong) {
     EXPECT_FALSE(points_into(v.data, *model));  // made at load time
   }
   LoadOptions int4;
-  int4.quantize = Quantize::Int4;
+  int4.quantize = MatrixFormat::INT4;
   EXPECT_THAT(error_of([&] { ck.load(int4); }), HasSubstr("is stored in fp8; it cannot be quantized to int4"));
 }
 

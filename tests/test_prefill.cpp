@@ -230,7 +230,7 @@ struct PrefillCase {
   int prompt;
   int chunk;
   Arch arch = Arch::Llama;
-  Quantize quantize = Quantize::None;  // the layers quantized at load time (their matrices at widths of several scale groups)
+  Quantize quantize = std::nullopt;  // the layers quantized at load time (their matrices at widths of several scale groups)
   int window = 6;                      // Gemma 3: its sliding layers' window (every other layer slides)
 };
 
@@ -246,11 +246,11 @@ TEST_P(PrefillVsReference, LastPositionLogitsAndContinuation) {
   spec.max_position = 8192;
   if (pc.arch == Arch::Qwen3) spec.head_dim = 32;
   spec.sliding_window = pc.window;
-  if (pc.quantize != Quantize::None) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
+  if (pc.quantize != std::nullopt) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
   LoadOptions load;
   load.quantize = pc.quantize;
   auto model = load_tiny_model(spec, "prefill-ref", load);
-  ASSERT_EQ(matrix_format_quantized(model->formats.body), pc.quantize != Quantize::None);
+  ASSERT_EQ(matrix_format_quantized(model->formats.body), pc.quantize != std::nullopt);
   const auto prompt = prompt_of(pc.prompt, model->config.vocab_size);
   const int n = 6;
   EmulatorOptions opt;
@@ -297,13 +297,13 @@ INSTANTIATE_TEST_SUITE_P(PromptLengthsAndChunkSizes, PrefillVsReference,
                          ::testing::Values(PrefillCase{1, 64}, PrefillCase{7, 64}, PrefillCase{7, 3}, PrefillCase{64, 64},
                                            PrefillCase{64, 100}, PrefillCase{511, 64}, PrefillCase{511, 100},
                                            PrefillCase{4096, 1024}, PrefillCase{4096, 1000}, PrefillCase{100, 32, Arch::Qwen2},
-                                           PrefillCase{100, 48, Arch::Qwen3}, PrefillCase{300, 128, Arch::Llama, Quantize::Fp8},
-                                           PrefillCase{300, 128, Arch::Qwen2, Quantize::Int4}, PrefillCase{300, 64, Arch::Gemma3},
-                                           PrefillCase{300, 128, Arch::Gemma3, Quantize::None, 100},
-                                           PrefillCase{200, 100, Arch::Gemma3, Quantize::Int4, 70}),
+                                           PrefillCase{100, 48, Arch::Qwen3}, PrefillCase{300, 128, Arch::Llama, MatrixFormat::FP8},
+                                           PrefillCase{300, 128, Arch::Qwen2, MatrixFormat::INT4}, PrefillCase{300, 64, Arch::Gemma3},
+                                           PrefillCase{300, 128, Arch::Gemma3, std::nullopt, 100},
+                                           PrefillCase{200, 100, Arch::Gemma3, MatrixFormat::INT4, 70}),
                          [](const auto& param_info) {
                            const PrefillCase& p = param_info.param;
-                           const char* q = p.quantize == Quantize::Fp8 ? "_fp8" : p.quantize == Quantize::Int4 ? "_int4" : "";
+                           const char* q = p.quantize == MatrixFormat::FP8 ? "_fp8" : p.quantize == MatrixFormat::INT4 ? "_int4" : "";
                            const std::string window = p.arch == Arch::Gemma3 ? fmt::format("_window{}", p.window) : "";
                            return fmt::format("prompt{}_chunk{}_{}{}{}", p.prompt, p.chunk, arch_name(p.arch), q, window);
                          });

@@ -30,7 +30,7 @@ struct Pair {
   std::unique_ptr<Model> original, quantized;
 };
 
-Pair load_both(const test::TinyModelSpec& spec, const std::string& tag, Quantize quantize = Quantize::Fp8, bool head = true) {
+Pair load_both(const test::TinyModelSpec& spec, const std::string& tag, Quantize quantize = MatrixFormat::FP8, bool head = true) {
   const auto dir = test::make_temp_dir(tag);
   test::write_tiny_model(dir, spec);
   LoadOptions options;
@@ -163,7 +163,7 @@ TEST(Quantize, ANonFiniteWeightIsNamed) {
     }
   test::write_safetensors(dir / "model.safetensors", tensors);
   LoadOptions fp8;
-  fp8.quantize = Quantize::Fp8;
+  fp8.quantize = MatrixFormat::FP8;
   EXPECT_THAT(test::error_of([&] { load_model(dir, fp8); }),
               HasSubstr("tensor model.layers.1.self_attn.o_proj.weight: element [3, 7] is inf"));
 }
@@ -182,7 +182,7 @@ TEST(Quantize, APresetCarriesItsMatrixFormats) {
 // int4: per row and 128-column group, min-max scale (max - min) / 15 and zero point round(-min / s);
 // every weight within half a step of its original.
 TEST(Quantize, EveryMatrixBecomesInt4WithAScaleAndZeroPointPerGroupOfARow) {
-  const Pair m = load_both(int4_spec(), "quantize-int4", Quantize::Int4);
+  const Pair m = load_both(int4_spec(), "quantize-int4", MatrixFormat::INT4);
   EXPECT_EQ(m.quantized->formats.body, MatrixFormat::INT4);
   EXPECT_EQ(m.quantized->formats.head, MatrixFormat::INT4);
   const auto originals = weight_matrices(*m.original);
@@ -226,7 +226,7 @@ TEST(Quantize, Int4ConstantGroupsAreExact) {
     }
   test::write_safetensors(dir / "model.safetensors", tensors);
   LoadOptions int4;
-  int4.quantize = Quantize::Int4;
+  int4.quantize = MatrixFormat::INT4;
   const auto model = load_model(dir, int4);
   const TensorView& up = model->weights.layers[0].w_up;
   for (int c = 0; c < 128; ++c) ASSERT_EQ(up.at(c), -3.0f) << c;
@@ -237,7 +237,7 @@ TEST(Quantize, Int4ConstantGroupsAreExact) {
 // of codes in the documented nibble order, one f32 scale per 128 columns, one byte zero point per
 // group, padded to 16 bytes.
 TEST(Quantize, TheImageHoldsEachInt4RowsCodesThenScalesThenZeroPoints) {
-  const Pair m = load_both(int4_spec(), "quantize-int4-image", Quantize::Int4);
+  const Pair m = load_both(int4_spec(), "quantize-int4-image", MatrixFormat::INT4);
   const Model& model = *m.quantized;
   const WeightLayout layout = plan_weight_layout(model);
   ASSERT_EQ(layout.format, MatrixFormat::INT4);
@@ -331,7 +331,7 @@ TEST(Quantize, MixedSixteenBitTypesAreRefusedNamingTheTensor) {
 // quantize_head = false: the layers are int4, the embedding and LM head stay bf16, and the image packs
 // the head in 16 bits next to the quantized layers.
 TEST(Quantize, TheHeadCanStayBf16) {
-  const Pair m = load_both(int4_spec(), "quantize-int4-head", Quantize::Int4, false);
+  const Pair m = load_both(int4_spec(), "quantize-int4-head", MatrixFormat::INT4, false);
   const Model& model = *m.quantized;
   EXPECT_EQ(model.formats.body, MatrixFormat::INT4);
   EXPECT_EQ(model.formats.head, MatrixFormat::BF16);
@@ -350,10 +350,78 @@ TEST(Quantize, AnInt4ImageNeedsColumnsInMultiplesOf32) {
   const auto dir = test::make_temp_dir("quantize-int4-cols");
   test::write_tiny_model(dir, fp8_spec());  // intermediate 336: a multiple of 16, not of 32
   LoadOptions int4;
-  int4.quantize = Quantize::Int4;
+  int4.quantize = MatrixFormat::INT4;
   const auto model = load_model(dir, int4);
   EXPECT_THAT(test::error_of([&] { plan_weight_layout(*model); }),
               HasSubstr("intermediate_size = 336 is not a multiple of 32, which int4 matrices need"));
+}
+
+// Every quantized format of runtime/matrix_format.h's list, from the list: what load-time quantization
+// made, the packed image holds (each packed element, read with the format's definition, equals the
+// quantized tensor's dequantized element, which TensorView::at computes from the dtype and the scales
+// apart from the packer), within an eighth of its group's largest magnitude of the original weight, and
+// the codes read back as they were written. A new format is checked here by its line in the list.
+class EveryQuantizedFormat : public ::testing::TestWithParam<MatrixFormat> {};
+
+TEST_P(EveryQuantizedFormat, PacksWhatTheQuantizerMadeCloseToTheOriginal) {
+  const MatrixFormat f = GetParam();
+  const Pair m = load_both(int4_spec(), "quantize-every-" + std::string(matrix_format_name(f)), f);
+  const Model& model = *m.quantized;
+  EXPECT_EQ(model.formats.body, f);
+  EXPECT_EQ(model.formats.head, f);
+  const WeightLayout layout = plan_weight_layout(model.config, f);
+  const std::vector<uint8_t> image = pack_weights_to_host(model, layout);
+  const LayerWeights& L = model.weights.layers[1];
+  const LayerWeights& original = m.original->weights.layers[1];
+  const LayerOffsets& o = layout.layers[1];
+  struct Case {
+    uint64_t offset;
+    const TensorView* t;
+    const TensorView* original;
+  };
+  for (const Case& c : {Case{o.w_down, &L.w_down, &original.w_down}, Case{o.w_gate, &L.w_gate, &original.w_gate}}) {
+    SCOPED_TRACE(c.t->name);
+    ASSERT_EQ(c.t->dtype, matrix_format_dtype(f));
+    const int rows = int(c.t->shape[0]), cols = int(c.t->shape[1]), group = matrix_scale_group(f);
+    const size_t row_bytes = size_t(matrix_row_bytes(f, cols));
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* row = image.data() + c.offset + r * row_bytes;
+      for (int g = 0; g * group < cols; ++g) {
+        float amax = 0.0f;
+        for (int k = g * group; k < std::min(cols, (g + 1) * group); ++k)
+          amax = std::max(amax, std::fabs(c.original->at(int64_t(r) * cols + k)));
+        for (int k = g * group; k < std::min(cols, (g + 1) * group); ++k) {
+          const float packed = matrix_row_element(f, row, cols, k), dequantized = c.t->at(int64_t(r) * cols + k);
+          ASSERT_EQ(packed, dequantized) << "row " << r << ", column " << k;
+          ASSERT_LE(std::fabs(packed - c.original->at(int64_t(r) * cols + k)), amax / 8) << "row " << r << ", column " << k;
+        }
+      }
+    }
+  }
+  // Codes written into a zeroed row read back, wherever they sit.
+  std::vector<uint8_t> row(size_t(matrix_row_bytes(f, 64)), 0);
+  const uint32_t mask = (1u << matrix_element_bits(f)) - 1u;
+  for (int c = 0; c < 64; ++c) set_row_code(f, row.data(), c, uint32_t(c * 7 + 3) & mask);
+  for (int c = 0; c < 64; ++c) EXPECT_EQ(row_code(f, row.data(), c), uint32_t(c * 7 + 3) & mask) << c;
+}
+
+std::vector<MatrixFormat> quantized_formats() {
+  std::vector<MatrixFormat> out;
+  for (const MatrixFormat f : kMatrixFormats)
+    if (matrix_format_quantized(f)) out.push_back(f);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(List, EveryQuantizedFormat, ::testing::ValuesIn(quantized_formats()),
+                         [](const ::testing::TestParamInfo<MatrixFormat>& p) { return std::string(matrix_format_name(p.param)); });
+
+TEST(Quantize, ASixteenBitFormatIsNoQuantization) {
+  const auto dir = test::make_temp_dir("quantize-to-bf16");
+  test::write_tiny_model(dir, fp8_spec());
+  LoadOptions options;
+  options.quantize = MatrixFormat::BF16;
+  EXPECT_THAT(test::error_of([&] { load_model(dir, options); }), HasSubstr("bf16 is not a quantized format"));
+  EXPECT_THAT(test::error_of([&] { preset_model("llama-3.2-1b", options); }), HasSubstr("bf16 is not a quantized format"));
 }
 
 }  // namespace

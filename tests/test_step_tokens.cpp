@@ -58,7 +58,7 @@ TEST_P(StepTokensVsReference, PromptStepsAndGreedyTokens) {
   spec.dtype = sc.dtype;
   spec.eos = {};
   if (sc.arch == Arch::Qwen3) spec.head_dim = 32;
-  if (sc.quantize != Quantize::None) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
+  if (sc.quantize != std::nullopt) spec.hidden = 256, spec.intermediate = 352, spec.head_dim = 64;
   LoadOptions load;
   load.quantize = sc.quantize;
   const auto model = test::load_tiny_model(spec, "step-tokens", load);
@@ -67,16 +67,16 @@ TEST_P(StepTokensVsReference, PromptStepsAndGreedyTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     FormatsAndSizes, StepTokensVsReference,
-    ::testing::Values(StepCase{Arch::Llama, DType::BF16, Quantize::None, 1}, StepCase{Arch::Llama, DType::BF16, Quantize::None, 2},
-                      StepCase{Arch::Llama, DType::BF16, Quantize::None, 5}, StepCase{Arch::Llama, DType::BF16, Quantize::None, 16},
-                      StepCase{Arch::Llama, DType::F16, Quantize::None, 5}, StepCase{Arch::Llama, DType::F32, Quantize::None, 16},
-                      StepCase{Arch::Llama, DType::BF16, Quantize::Fp8, 2}, StepCase{Arch::Llama, DType::BF16, Quantize::Fp8, 16},
-                      StepCase{Arch::Llama, DType::BF16, Quantize::Int4, 5}, StepCase{Arch::Llama, DType::BF16, Quantize::Int4, 16},
-                      StepCase{Arch::Qwen2, DType::BF16, Quantize::None, 5}, StepCase{Arch::Qwen3, DType::BF16, Quantize::None, 16},
-                      StepCase{Arch::Gemma3, DType::BF16, Quantize::None, 5}, StepCase{Arch::Gemma3, DType::BF16, Quantize::None, 16}),
+    ::testing::Values(StepCase{Arch::Llama, DType::BF16, std::nullopt, 1}, StepCase{Arch::Llama, DType::BF16, std::nullopt, 2},
+                      StepCase{Arch::Llama, DType::BF16, std::nullopt, 5}, StepCase{Arch::Llama, DType::BF16, std::nullopt, 16},
+                      StepCase{Arch::Llama, DType::F16, std::nullopt, 5}, StepCase{Arch::Llama, DType::F32, std::nullopt, 16},
+                      StepCase{Arch::Llama, DType::BF16, MatrixFormat::FP8, 2}, StepCase{Arch::Llama, DType::BF16, MatrixFormat::FP8, 16},
+                      StepCase{Arch::Llama, DType::BF16, MatrixFormat::INT4, 5}, StepCase{Arch::Llama, DType::BF16, MatrixFormat::INT4, 16},
+                      StepCase{Arch::Qwen2, DType::BF16, std::nullopt, 5}, StepCase{Arch::Qwen3, DType::BF16, std::nullopt, 16},
+                      StepCase{Arch::Gemma3, DType::BF16, std::nullopt, 5}, StepCase{Arch::Gemma3, DType::BF16, std::nullopt, 16}),
     [](const auto& param_info) {
       const StepCase& c = param_info.param;
-      const char* q = c.quantize == Quantize::Fp8 ? "_fp8" : c.quantize == Quantize::Int4 ? "_int4" : "";
+      const char* q = c.quantize == MatrixFormat::FP8 ? "_fp8" : c.quantize == MatrixFormat::INT4 ? "_int4" : "";
       return fmt::format("{}_{}{}_M{}", arch_name(c.arch), dtype_name(c.dtype), q, c.step_tokens);
     });
 

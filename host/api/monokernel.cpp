@@ -272,9 +272,9 @@ mk_status mk_model_open_speculative(const char* path, const mk_model_options* op
     e.speculation.lookup_min = sp.lookup_min;
     e.speculation.lookup_max = sp.lookup_max;
     switch (o.quantize) {
-      case MK_QUANTIZE_NONE: e.load.quantize = mk::Quantize::None; break;
-      case MK_QUANTIZE_FP8: e.load.quantize = mk::Quantize::Fp8; break;
-      case MK_QUANTIZE_INT4: e.load.quantize = mk::Quantize::Int4; break;
+      case MK_QUANTIZE_NONE: e.load.quantize = std::nullopt; break;
+      case MK_QUANTIZE_FP8: e.load.quantize = mk::MatrixFormat::FP8; break;
+      case MK_QUANTIZE_INT4: e.load.quantize = mk::MatrixFormat::INT4; break;
       default: invalid("mk_model_open: options->quantize is not an mk_quantize");
     }
     switch (o.quantize_head) {

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include "runtime/decode_backend.h"
 #include "runtime/error.h"
@@ -185,23 +187,34 @@ inline std::string drafts_summary(const GenerateStats& s) {
   return s.drafted_tokens > 0 ? fmt::format(", {} of {} drafts kept", s.accepted_tokens, s.drafted_tokens) : std::string();
 }
 
-// --quantize none|fp8|int4 and --quantize-head yes|no: load-time quantization of a bf16/fp16 checkpoint
-// (quantized checkpoints load as stored), into `load`, with progress on stderr.
+// --quantize none|<a quantized matrix format> and --quantize-head yes|no: load-time quantization of a
+// bf16/fp16 checkpoint (quantized checkpoints load as stored), into `load`, with progress on stderr. The
+// format names are runtime/matrix_format.h's.
 inline void add_quantize_options(CLI::App& app, LoadOptions& load) {
-  static const std::map<std::string, Quantize> kNames{{"none", Quantize::None}, {"fp8", Quantize::Fp8}, {"int4", Quantize::Int4}};
+  static const std::map<std::string, int> kNames = [] {
+    std::map<std::string, int> names{{"none", -1}};
+    for (const MatrixFormat f : kMatrixFormats)
+      if (matrix_format_quantized(f)) names.emplace(std::string(matrix_format_name(f)), int(f));
+    return names;
+  }();
   static const std::map<std::string, bool> kYesNo{{"yes", true}, {"no", false}};
-  app.add_option("--quantize", load.quantize,
-                 "quantize the weight matrices at load time: none, fp8 (E4M3, one scale per 128 columns of a row) or int4 "
-                 "(4-bit, one scale and zero point per 128 columns of a row); default: none")
+  std::vector<std::string> formats;
+  for (const auto& [name, format] : kNames)
+    if (format >= 0) formats.push_back(name);
+  app.add_option_function<int>(
+         "--quantize", [&load](int format) { load.quantize = format < 0 ? Quantize() : Quantize(MatrixFormat(format)); },
+         fmt::format("quantize the weight matrices at load time, to a quantized matrix format ({}: one scale, and for "
+                     "a format with them a zero point, per group of columns of a row); default: none",
+                     fmt::join(formats, ", ")))
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
-      ->option_text("none|fp8|int4");
+      ->option_text(fmt::format("none|{}", fmt::join(formats, "|")));
   app.add_option("--quantize-head", load.quantize_head,
                  fmt::format("with --quantize: quantize the embedding and the LM head too (yes), or keep them in 16 "
                              "bits (no); default: {}", load.quantize_head ? "yes" : "no"))
       ->transform(CLI::CheckedTransformer(kYesNo, CLI::ignore_case))
       ->option_text("yes|no");
   load.on_quantize_progress = [&load](int done, int total) {
-    fmt::print(stderr, "\rquantizing the weight matrices to {}: {}/{}{}", load.quantize == Quantize::Int4 ? "int4" : "fp8", done,
+    fmt::print(stderr, "\rquantizing the weight matrices to {}: {}/{}{}", load.quantize ? matrix_format_name(*load.quantize) : "?", done,
                total, done == total ? "\n" : "");
   };
 }

@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
     // Optional: load-time quantization ("fp8" / "int4") and whether it covers the embedding and LM head.
     mk::LoadOptions load;
     const std::string quantize = request.value("quantize", std::string("none"));
-    if (quantize == "fp8") load.quantize = mk::Quantize::Fp8;
-    else if (quantize == "int4") load.quantize = mk::Quantize::Int4;
+    if (quantize == "fp8") load.quantize = mk::MatrixFormat::FP8;
+    else if (quantize == "int4") load.quantize = mk::MatrixFormat::INT4;
     else if (quantize != "none") mk::fail("request: quantize must be none, fp8 or int4 (got {})", quantize);
     load.quantize_head = request.value("quantize_head", true);
     auto model = mk::load_model(argv[1], load);

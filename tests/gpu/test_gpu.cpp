@@ -109,7 +109,7 @@ std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   spec.dtype = c.fp16 ? DType::F16 : DType::BF16;
   spec.hidden = 256, spec.intermediate = c.dtype == DType::U4 ? 352 : 336, spec.head_dim = 64;
   LoadOptions load;
-  load.quantize = c.dtype == DType::U4 ? Quantize::Int4 : Quantize::Fp8;
+  load.quantize = c.dtype == DType::U4 ? MatrixFormat::INT4 : MatrixFormat::FP8;
   load.quantize_head = !c.head16;
   return load_tiny_model(spec, tag, load);
 }
@@ -374,7 +374,7 @@ struct PrefillShape {
   Arch arch;
   int hidden, heads, kv_heads, head_dim;
   DType dtype;
-  Quantize quantize = Quantize::None;
+  Quantize quantize = std::nullopt;
   int window = 6;  // Gemma 3's sliding layers'
 };
 
@@ -394,7 +394,7 @@ void expect_prefill_matches_emulator(const PrefillShape& sh) {
   LoadOptions load;
   load.quantize = sh.quantize;
   auto model = load_tiny_model(spec, "gpu-prefill", load);
-  const char* quantized = sh.quantize == Quantize::Int4 ? ", layers int4" : sh.quantize == Quantize::Fp8 ? ", layers fp8" : "";
+  const char* quantized = sh.quantize == MatrixFormat::INT4 ? ", layers int4" : sh.quantize == MatrixFormat::FP8 ? ", layers fp8" : "";
   const std::string shape = fmt::format("{} head_dim {} x {} heads / {} kv heads, {}{}", arch_name(sh.arch), sh.head_dim, sh.heads,
                                         sh.kv_heads, dtype_name(sh.dtype), quantized);
   struct Run {
@@ -415,7 +415,7 @@ void expect_prefill_matches_emulator(const PrefillShape& sh) {
       bool wide = false;
       for (const Instr& in : gpu->schedule().chunk.instrs)
         wide |= in.op == Op::ChunkGateUp && int(in.end - in.begin) > kChunkMatrixCols / 2;
-      ASSERT_EQ(wide, sh.quantize == Quantize::None) << "wide gate_up tiles";
+      ASSERT_EQ(wide, sh.quantize == std::nullopt) << "wide gate_up tiles";
     }
     std::vector<int32_t> prompt;
     for (int i = 0; i < r.prompt; ++i) prompt.push_back(int32_t((i * 53 + 5) % (spec.vocab - 3) + 3));
@@ -449,8 +449,8 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
                                  {Arch::Llama, 256, 4, 1, 128, DType::BF16},
                                  {Arch::Qwen3, 128, 8, 1, 32, DType::BF16},
                                  {Arch::Qwen2, 256, 4, 2, 64, DType::F16},
-                                 {Arch::Llama, 256, 8, 2, 64, DType::BF16, Quantize::Int4},
-                                 {Arch::Qwen2, 256, 4, 1, 128, DType::F16, Quantize::Fp8}};
+                                 {Arch::Llama, 256, 8, 2, 64, DType::BF16, MatrixFormat::INT4},
+                                 {Arch::Qwen2, 256, 4, 1, 128, DType::F16, MatrixFormat::FP8}};
   for (const PrefillShape& sh : shapes) expect_prefill_matches_emulator(sh);
 }
 
@@ -459,9 +459,9 @@ TEST(Gpu, PrefillMatchesEmulatorAcrossPromptLengthsAndChunkSizes) {
 // attention's tensor-core form (head_dim 64) and its portable form (Gemma 3's head_dim 256), bf16 and
 // int4.
 TEST(Gpu, PrefillOfGemma3MatchesEmulator) {
-  const PrefillShape shapes[] = {{Arch::Gemma3, 256, 8, 2, 64, DType::BF16, Quantize::None, 100},
-                                 {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, Quantize::None, 100},
-                                 {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, Quantize::Int4, 100}};
+  const PrefillShape shapes[] = {{Arch::Gemma3, 256, 8, 2, 64, DType::BF16, std::nullopt, 100},
+                                 {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, std::nullopt, 100},
+                                 {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, MatrixFormat::INT4, 100}};
   for (const PrefillShape& sh : shapes) expect_prefill_matches_emulator(sh);
 }
 
