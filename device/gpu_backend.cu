@@ -147,7 +147,6 @@ class MonokernelBackend final : public GpuBackend {
     validate_model(cfg_);
     if (opt.context < 1 || opt.context > limits::kMaxPositions)
       fail("context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
-    check_sliding_window_context(cfg_, opt.context);
     if (opt.workgroups < 0 || opt.workgroups > info_.sm_count)
       fail("workgroups must be between 1 and the GPU's {} SMs/CUs, or 0 for all (got {})", info_.sm_count, opt.workgroups);
     layout_ = plan_weight_layout(model);

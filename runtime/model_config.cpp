@@ -372,25 +372,25 @@ int window_size(const Keys& k) {
 
 // Qwen2/Qwen3 slide the window only when use_sliding_window is set, and then only on the layers listed
 // as "sliding_attention" in layer_types or, in configs without layer_types, on layers
-// i >= max_window_layers. The runtime has one window for all layers, so a mix is rejected.
-int qwen_sliding_window(const Keys& k, const ModelConfig& c) {
-  int window = k.optional_bool("use_sliding_window", false) ? window_size(k) : 0;
-  int sliding_layers = 0;
+// i >= max_window_layers (transformers' Qwen2Config / Qwen3Config). Some sliding and some global layers
+// are per-layer data of the recipe (ModelConfig::sliding_layers), as for Gemma 3.
+void read_qwen_sliding_window(const Keys& k, ModelConfig& c) {
+  const int window = k.optional_bool("use_sliding_window", false) ? window_size(k) : 0;
+  std::vector<uint8_t> slides(size_t(c.num_layers), 0);
   if (k.has("layer_types")) {
     const json& types = k.get("layer_types");
     if (!types.is_array() || types.size() != size_t(c.num_layers))
       fail("{}: 'layer_types' must be a list of {} strings (num_hidden_layers), found {}", k.source(), c.num_layers,
            describe(types));
-    for (const json& t : types) sliding_layers += t == "sliding_attention";
+    for (size_t l = 0; l < types.size(); ++l) slides[l] = types[l] == "sliding_attention";
   } else {
-    int first = k.optional_int("max_window_layers", 28);  // Qwen2Config / Qwen3Config default
-    sliding_layers = std::max(0, c.num_layers - std::max(0, first));
+    const int first = k.optional_int("max_window_layers", 28);  // Qwen2Config / Qwen3Config default
+    for (int l = std::max(0, first); l < c.num_layers; ++l) slides[size_t(l)] = 1;
   }
-  if (window == 0 || sliding_layers == 0) return 0;
-  if (sliding_layers != c.num_layers)
-    fail("{}: sliding window attention on {} of {} layers is not supported (only all or none)", k.source(),
-         sliding_layers, c.num_layers);
-  return window;
+  const auto sliding = std::count(slides.begin(), slides.end(), uint8_t(1));
+  c.sliding_window = window > 0 && sliding > 0 ? window : 0;
+  c.sliding_layers.clear();
+  if (c.sliding_window > 0 && sliding < c.num_layers) c.sliding_layers = std::move(slides);
 }
 
 void read_sliding_window(const Keys& k, ModelConfig& c) {
@@ -398,7 +398,7 @@ void read_sliding_window(const Keys& k, ModelConfig& c) {
     case Arch::Llama: c.sliding_window = 0; break;  // LlamaConfig has no window
     case Arch::Mistral: c.sliding_window = window_size(k); break;
     case Arch::Qwen2:
-    case Arch::Qwen3: c.sliding_window = qwen_sliding_window(k, c); break;
+    case Arch::Qwen3: read_qwen_sliding_window(k, c); break;
     case Arch::Gemma3: read_gemma_layers(k, c); break;
   }
 }

@@ -66,8 +66,9 @@ struct ModelConfig {
   int head_dim = 0;      // from config when present, else hidden_size / num_heads
   int vocab_size = 0;
   int max_position = 0;  // max_position_embeddings
-  // 0: none. With `sliding_layers` empty, every layer's window (Mistral, Qwen2/3: rejected for contexts
-  // beyond it); else the window of the layers marked there (Gemma 3), the others being global.
+  // 0: none. With `sliding_layers` empty, every layer's window (Mistral, Qwen2/3 sliding on all layers);
+  // else the window of the layers marked there (Gemma 3, Qwen2/3 from max_window_layers on), the others
+  // being global. The KV cache keeps every position; attention reads a sliding layer's last `window`.
   int sliding_window = 0;
   std::vector<uint8_t> sliding_layers;  // per layer, 1: a sliding-window layer; empty: see sliding_window
   float rms_norm_eps = 1e-5f;

@@ -18,7 +18,6 @@ StepRecipe llama_family_recipe(const ModelConfig& c) {
   LayerRecipe layer;
   layer.attention.rope_theta = c.rope_theta;
   layer.attention.rope_scaling = c.rope_scaling;
-  layer.attention.window = c.sliding_window;
   layer.attention.scale = 1.0f / std::sqrt(float(c.head_dim));
   layer.attention.qk_norm = c.qk_norm;
   layer.attention.qkv_bias = c.qkv_bias;
@@ -39,7 +38,10 @@ StepRecipe llama_family_recipe(const ModelConfig& c) {
   layer.step = {qkv, attention, o_proj, gate_up, down};
 
   layer.chunk = chunk_layer_stages(c);
-  r.layers.assign(size_t(c.num_layers), layer);
+  for (int l = 0; l < c.num_layers; ++l) {
+    layer.attention.window = c.layer_slides(l) ? c.sliding_window : 0;
+    r.layers.push_back(layer);
+  }
 
   r.last = head_stages(c);
   return r;

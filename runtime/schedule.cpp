@@ -37,11 +37,6 @@ std::vector<std::pair<uint32_t, uint32_t>> split_range(uint32_t total, uint32_t 
   return out;
 }
 
-void check_sliding_window_context(const ModelConfig& c, int context) {
-  if (c.sliding_window > 0 && c.sliding_layers.empty() && context > c.sliding_window)
-    fail("context {} exceeds the model's sliding window of {} tokens, which is not supported", context, c.sliding_window);
-}
-
 int plan_chunk_tokens(int requested, int context) {
   constexpr int kDefault = 1024;
   if (requested < -1) fail("chunk tokens must be -1 (default), 0 (no chunk steps) or positive (got {})", requested);

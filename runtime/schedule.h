@@ -176,9 +176,6 @@ inline constexpr int kMinChunkedTokens = 4;
 inline int chunked_prompt_tokens(int chunk_tokens, int ingest) {
   return chunk_tokens > 0 && ingest - 1 >= kMinChunkedTokens ? ingest - 1 : 0;
 }
-// A window on every layer (Mistral, Qwen): a context beyond it is refused (throws mk::Error naming both);
-// only windows on some layers (Gemma 3) are run and tested past their length. Both backends check so.
-void check_sliding_window_context(const ModelConfig& c, int context);
 // Chunk-step tokens: `requested` (-1: the default, 1,024; 0: none), capped at the context; checked.
 int plan_chunk_tokens(int requested, int context);
 // The same where the model has chunk steps (its recipe has chunk stages; hidden, q_dim and intermediate

@@ -140,7 +140,12 @@ std::vector<TensorBytes> write_tiny_model(const std::filesystem::path& dir, cons
   }
   if (s.arch == Arch::Llama) cfg["attention_bias"] = false;
   if (s.arch == Arch::Qwen3) cfg["attention_bias"] = false;
-  if (s.arch == Arch::Mistral) cfg["sliding_window"] = nullptr;
+  if (s.arch == Arch::Mistral) cfg["sliding_window"] = s.family_window > 0 ? json(s.family_window) : json(nullptr);
+  if ((s.arch == Arch::Qwen2 || s.arch == Arch::Qwen3) && s.family_window > 0) {
+    cfg["use_sliding_window"] = true;
+    cfg["sliding_window"] = s.family_window;
+    cfg["max_window_layers"] = s.max_window_layers;
+  }
   if (s.llama3_rope)
     cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};

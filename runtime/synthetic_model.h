@@ -39,6 +39,10 @@ struct TinyModelSpec {
   bool tied = false;
   bool llama3_rope = false;  // add rope_scaling {rope_type: llama3}
   int sliding_window = 6;    // Gemma3: the sliding layers' window (every other layer slides)
+  // Mistral: sliding_window on every layer; Qwen2 / Qwen3: use_sliding_window with this window from layer
+  // max_window_layers on. 0: none (null for Mistral).
+  int family_window = 0;
+  int max_window_layers = 0;
   int shards = 1;            // >1: model-0000k-of-0000n.safetensors + index json
   uint64_t seed = 1;
   float weight_scale = 0.08f;  // uniform(-scale, scale) for matrices

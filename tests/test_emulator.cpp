@@ -13,6 +13,7 @@
 
 #include "host/emulator/dependency_checker.h"
 #include "host/emulator/emulator.h"
+#include "runtime/step_recipe.h"
 #include "runtime/error.h"
 #include "runtime/host_memory.h"
 #include "runtime/presets.h"
@@ -175,6 +176,36 @@ TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
     opt.record_logits = true;
     opt.check_dependencies = true;
     expect_emulator_matches_reference(*model, prompt, opt, 6);
+  }
+}
+
+// The Llama family's windows, past them: Mistral's on every layer, Qwen2's from max_window_layers on (layer
+// 0 global, layer 1 sliding). A 300-token prompt over windows of 40 positions: every interleaving, with
+// the dependency checker on, matches the reference, which attends to each position's last 40.
+TEST(Emulator, LlamaFamilyWindowsRunPastTheirLength) {
+  for (const Arch arch : {Arch::Mistral, Arch::Qwen2}) {
+    TinyModelSpec spec;
+    spec.arch = arch;
+    spec.family_window = 40;
+    spec.max_window_layers = 1;
+    spec.eos = {};
+    auto model = load_tiny_model(spec, "emu-family-window");
+    ASSERT_EQ(model->config.sliding_window, 40);
+    const StepRecipe recipe = build_step_recipe(model->config);
+    EXPECT_EQ(recipe.layers[0].attention.window, arch == Arch::Mistral ? 40 : 0);
+    EXPECT_EQ(recipe.layers[1].attention.window, 40);
+    const std::vector<int32_t> prompt = test::long_prompt(300);
+    for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Random}) {
+      SCOPED_TRACE(fmt::format("{} {}", arch_name(arch), interleaving_name(policy)));
+      EmulatorOptions opt;
+      opt.num_workgroups = 16;
+      opt.context = 320;
+      opt.interleaving = policy;
+      opt.interleave_seed = 5;
+      opt.record_logits = true;
+      opt.check_dependencies = true;
+      expect_emulator_matches_reference(*model, prompt, opt, 6);
+    }
   }
 }
 

@@ -315,23 +315,32 @@ TEST(ModelConfig, MistralSlidingWindow) {
   EXPECT_THAT(parse_error(j), HasSubstr("'sliding_window' must be an integer, found \"big\""));
 }
 
-TEST(ModelConfig, QwenSlidingWindowOnlyWhenEnabledOnAllLayers) {
+TEST(ModelConfig, QwenSlidingWindowOnTheLayersFromMaxWindowLayersOn) {
   json j = minimal("Qwen2ForCausalLM");
   j["sliding_window"] = 4096;
   j["max_window_layers"] = 0;
   EXPECT_EQ(parse(j).sliding_window, 0);  // use_sliding_window absent: off
   j["use_sliding_window"] = true;
-  EXPECT_EQ(parse(j).sliding_window, 4096);  // layers >= max_window_layers = 0: all of them
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.sliding_window, 4096);  // layers >= max_window_layers = 0: all of them
+  EXPECT_TRUE(c.sliding_layers.empty());
+  EXPECT_TRUE(c.layer_slides(0) && c.layer_slides(1));
   j["max_window_layers"] = 28;
   EXPECT_EQ(parse(j).sliding_window, 0);  // no layer reaches max_window_layers
-  j["max_window_layers"] = 1;
-  EXPECT_THAT(parse_error(j), HasSubstr("sliding window attention on 1 of 2 layers is not supported"));
+  j["max_window_layers"] = 1;             // layer 1 slides, layer 0 is global
+  c = parse(j);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.sliding_layers, (std::vector<uint8_t>{0, 1}));
+  EXPECT_FALSE(c.layer_slides(0));
+  EXPECT_TRUE(c.layer_slides(1));
 
   j.erase("max_window_layers");  // layer_types, written by newer transformers, takes precedence
   j["layer_types"] = {"full_attention", "full_attention"};
   EXPECT_EQ(parse(j).sliding_window, 0);
   j["layer_types"] = {"sliding_attention", "sliding_attention"};
   EXPECT_EQ(parse(j).sliding_window, 4096);
+  j["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_EQ(parse(j).sliding_layers, (std::vector<uint8_t>{1, 0}));
   j["layer_types"] = {"sliding_attention"};
   EXPECT_THAT(parse_error(j), HasSubstr("'layer_types' must be a list of 2 strings"));
 }

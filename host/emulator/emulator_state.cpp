@@ -16,7 +16,6 @@ EmulatorState::EmulatorState(const Model& m, Schedule s, const EmulatorOptions& 
     fail("emulator: schedule built for {} workgroups, options say {}", schedule.num_workgroups, opt.num_workgroups);
   if (opt.context < 1 || opt.context > limits::kMaxPositions)
     fail("emulator: context must be between 1 and {} tokens (got {})", limits::kMaxPositions, opt.context);
-  check_sliding_window_context(cfg, opt.context);
   draft_max = check_speculation(opt.speculation, schedule.step_tokens);
   recipe = build_step_recipe(cfg);
   layout = plan_weight_layout(model);

@@ -218,7 +218,10 @@ INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
 
 // 700 positions on `model` (context 800) for each attention path and engine configuration: splits (0:
 // the default), stream slots (-1: the default, 0: weights through registers), slot KiB, lookahead.
-void expect_long_prompt_matches_emulator(const Model& model, const std::vector<AttentionPath>& paths, const std::string& what) {
+// chunk_tokens: the GPU options' (-1: the default chunk steps; 0: the prompt one token per step, so that
+// token steps alone are compared, at the token steps' tolerance).
+void expect_long_prompt_matches_emulator(const Model& model, const std::vector<AttentionPath>& paths, const std::string& what,
+                                         int chunk_tokens = -1, double tolerance = 1e-3) {
   struct Config {
     int splits, slots, slot_kib, lookahead;
   };
@@ -232,13 +235,15 @@ void expect_long_prompt_matches_emulator(const Model& model, const std::vector<A
       gopt.stream_slot_kib = cfg.slot_kib;
       gopt.stream_lookahead = cfg.lookahead;
       gopt.attention_path = path;
+      gopt.chunk_tokens = chunk_tokens;
       auto gpu = create_gpu_backend(model, gopt);
       const std::vector<int32_t> prompt = test::long_prompt(700);
       const int S = gpu->schedule().attention_splits;
       expect_gpu_matches_emulator(model, *gpu, 800, prompt, 32,
                                   fmt::format("{}: 700-token prompt, {} active splits of {}, {} attention, lookahead {}, {}", what,
                                               active_attention_splits(732, S, attention_split_positions_log2(model.config.head_dim)), S,
-                                              path == AttentionPath::Tiles ? "tile" : "warp-chunk", cfg.lookahead, gpu->name()));
+                                              path == AttentionPath::Tiles ? "tile" : "warp-chunk", cfg.lookahead, gpu->name()),
+                                  tolerance);
     }
 }
 
@@ -269,6 +274,25 @@ TEST(Gpu, Gemma3SlidingWindowsAndWideHeadsMatchEmulator) {
   spec.eos = {};
   auto model = load_tiny_model(spec, "gpu-gemma3");
   expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles, AttentionPath::WarpChunks}, "Gemma 3, head_dim 256, window 96");
+}
+
+TEST(Gpu, LlamaFamilyWindowsMatchEmulator) {
+  // Mistral's window of 96 positions on every layer, Qwen2's on layer 1 only: at 700 positions the sliding
+  // layers' splits cover only the window. Both attention paths; the prompt one token per step (token
+  // steps only, at their tolerance), then through chunk steps, whose 16-bit activations the GPU and the
+  // emulator may round apart (the prefill tests' tolerance, 5e-3).
+  for (const Arch arch : {Arch::Mistral, Arch::Qwen2}) {
+    TinyModelSpec spec;
+    spec.arch = arch;
+    spec.hidden = 256, spec.intermediate = 512, spec.heads = 4, spec.kv_heads = 1, spec.head_dim = 64;
+    spec.family_window = 96;
+    spec.max_window_layers = 1;
+    spec.eos = {};
+    auto model = load_tiny_model(spec, "gpu-family-window");
+    const std::string what = fmt::format("{}, window 96", arch_name(arch));
+    expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles, AttentionPath::WarpChunks}, what + ", token steps", 0);
+    expect_long_prompt_matches_emulator(*model, {AttentionPath::Tiles}, what + ", chunk steps", -1, 5e-3);
+  }
 }
 
 TEST(Gpu, LongPromptOnTensorCoreWarpPathMatchesEmulator) {
@@ -376,6 +400,7 @@ struct PrefillShape {
   DType dtype;
   Quantize quantize = std::nullopt;
   int window = 6;  // Gemma 3's sliding layers'
+  int family_window = 0;  // Mistral: every layer's window; Qwen2 / Qwen3: layer 1's (layer 0 global)
 };
 
 // Chunk steps (prefill) of a model of `sh` on the GPU against the emulator running the same schedule,
@@ -389,6 +414,8 @@ void expect_prefill_matches_emulator(const PrefillShape& sh) {
   spec.intermediate = 2 * sh.hidden + 64;
   spec.dtype = sh.dtype;
   spec.sliding_window = sh.window;
+  spec.family_window = sh.family_window;
+  spec.max_window_layers = 1;
   spec.max_position = 8192;
   spec.eos = {};
   LoadOptions load;
@@ -462,6 +489,14 @@ TEST(Gpu, PrefillOfGemma3MatchesEmulator) {
   const PrefillShape shapes[] = {{Arch::Gemma3, 256, 8, 2, 64, DType::BF16, std::nullopt, 100},
                                  {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, std::nullopt, 100},
                                  {Arch::Gemma3, 256, 4, 1, 256, DType::BF16, MatrixFormat::INT4, 100}};
+  for (const PrefillShape& sh : shapes) expect_prefill_matches_emulator(sh);
+}
+
+// The Llama family's windows of 100 positions, run past them: Mistral's on every layer (tensor-core chunk
+// attention, head_dim 64), Qwen2's on layer 1 only (head_dim 128, f16).
+TEST(Gpu, PrefillOfWindowedLlamaFamilyMatchesEmulator) {
+  const PrefillShape shapes[] = {{Arch::Mistral, 256, 8, 2, 64, DType::BF16, std::nullopt, 6, 100},
+                                 {Arch::Qwen2, 256, 4, 1, 128, DType::F16, std::nullopt, 6, 100}};
   for (const PrefillShape& sh : shapes) expect_prefill_matches_emulator(sh);
 }
 
