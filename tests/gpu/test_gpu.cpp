@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -84,9 +85,9 @@ void expect_gpu_matches_emulator(const Model& model, GpuBackend& gpu, int contex
   std::printf("%s: %d tokens, last-step logits vs emulator: %s\n", what.c_str(), n, cmp.summary().c_str());
 }
 
-// dtype F8_E4M3 / U4: a bf16 checkpoint quantized to fp8 / int4 at load time, at widths of several
-// 128-column scale groups with a short last one (intermediate 336 = 2 x 128 + 80 for fp8, 352 = 2 x 128
-// + 96 for int4, whose rows need multiples of 32); head16: the embedding and LM head kept in 16 bits,
+// dtype of a quantized format (F8_E4M3 / U4): a bf16 checkpoint quantized to that format at load time, at
+// widths of several 128-column scale groups with a short last one (intermediate 2 x 128 + 80 rounded up to
+// the format's column multiple: 336 for fp8, 352 for int4); head16: the embedding and LM head kept in 16 bits,
 // bf16, or fp16 when the checkpoint is fp16 (`fp16`).
 struct ArchCase {
   Arch arch;
@@ -105,16 +106,25 @@ std::unique_ptr<Model> tiny_of(const ArchCase& c, const std::string& tag) {
   spec.llama3_rope = spec.arch == Arch::Llama;
   spec.eos = {};
   if (spec.arch == Arch::Qwen3) spec.head_dim = 32;
-  if (c.dtype != DType::F8_E4M3 && c.dtype != DType::U4) return load_tiny_model(spec, tag);
+  const MatrixFormat* quantized = std::find_if(std::begin(kMatrixFormats), std::end(kMatrixFormats), [&](MatrixFormat f) {
+    return matrix_format_quantized(f) && matrix_format_dtype(f) == c.dtype;
+  });
+  if (quantized == std::end(kMatrixFormats)) return load_tiny_model(spec, tag);
+  const int multiple = matrix_cols_multiple(*quantized);
   spec.dtype = c.fp16 ? DType::F16 : DType::BF16;
-  spec.hidden = 256, spec.intermediate = c.dtype == DType::U4 ? 352 : 336, spec.head_dim = 64;
+  spec.hidden = 256, spec.intermediate = 256 + (80 + multiple - 1) / multiple * multiple, spec.head_dim = 64;
   LoadOptions load;
-  load.quantize = c.dtype == DType::U4 ? MatrixFormat::INT4 : MatrixFormat::FP8;
+  load.quantize = *quantized;
   load.quantize_head = !c.head16;
   return load_tiny_model(spec, tag, load);
 }
 
 class GpuVsEmulator : public ::testing::TestWithParam<ArchCase> {};
+
+std::string arch_case_name(const ::testing::TestParamInfo<ArchCase>& info) {
+  const ArchCase& c = info.param;
+  return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) + (c.head16 ? (c.fp16 ? "_head_fp16" : "_head16") : "");
+}
 
 TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
   auto model = tiny_of(GetParam(), "gpu-emu");
@@ -204,17 +214,23 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
 INSTANTIATE_TEST_SUITE_P(AllArchitectures, GpuVsEmulator,
                          ::testing::Values(ArchCase{Arch::Llama, DType::BF16, true}, ArchCase{Arch::Mistral, DType::F16, false},
                                            ArchCase{Arch::Qwen2, DType::BF16, true}, ArchCase{Arch::Qwen3, DType::BF16, false},
-                                           ArchCase{Arch::Llama, DType::F32, false}, ArchCase{Arch::Llama, DType::F8_E4M3, true},
+                                           ArchCase{Arch::Llama, DType::F32, false},
                                            ArchCase{Arch::Qwen2, DType::F8_E4M3, false}, ArchCase{Arch::Qwen3, DType::F8_E4M3, false, true},
-                                           ArchCase{Arch::Llama, DType::U4, true}, ArchCase{Arch::Qwen2, DType::U4, false, true},
+                                           ArchCase{Arch::Qwen2, DType::U4, false, true},
                                            ArchCase{Arch::Qwen3, DType::U4, false}, ArchCase{Arch::Mistral, DType::U4, false, true, true},
                                            ArchCase{Arch::Mistral, DType::F8_E4M3, false, true, true},
                                            ArchCase{Arch::Gemma3, DType::BF16, true}, ArchCase{Arch::Gemma3, DType::U4, true}),
-                         [](const auto& test_info) {
-                           const ArchCase& c = test_info.param;
-                           return std::string(arch_name(c.arch)) + "_" + std::string(dtype_name(c.dtype)) +
-                                  (c.head16 ? (c.fp16 ? "_head_fp16" : "_head16") : "");
-                         });
+                         arch_case_name);
+
+// Every quantized format of runtime/matrix_format.h's list on Llama, so that a new format is run on the GPU
+// by its line in the list.
+std::vector<ArchCase> quantized_llama_cases() {
+  std::vector<ArchCase> out;
+  for (const MatrixFormat f : kMatrixFormats)
+    if (matrix_format_quantized(f)) out.push_back(ArchCase{Arch::Llama, matrix_format_dtype(f), true});
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(EveryQuantizedFormat, GpuVsEmulator, ::testing::ValuesIn(quantized_llama_cases()), arch_case_name);
 
 // 700 positions on `model` (context 800) for each attention path and engine configuration: splits (0:
 // the default), stream slots (-1: the default, 0: weights through registers), slot KiB, lookahead.
