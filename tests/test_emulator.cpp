@@ -159,6 +159,18 @@ TEST(Emulator, LongSequencesUseSeveralSplitsAndStillMatchTheReference) {
 // Gemma 3's sliding layers attend to their last 96 positions, which their splits cut (3 of 8 active at
 // 96 positions), while the global layers cover all 300; the post-norm stages sit between o_proj / down
 // and the residual stream. Every interleaving, with the dependency checker on, matches the reference.
+// 16 workgroups, a 320-position context, the checker on, the logits recorded, in `policy`'s order.
+EmulatorOptions checked_interleaving(Interleaving policy, uint64_t seed) {
+  EmulatorOptions opt;
+  opt.num_workgroups = 16;
+  opt.context = 320;
+  opt.interleaving = policy;
+  opt.interleave_seed = seed;
+  opt.record_logits = true;
+  opt.check_dependencies = true;
+  return opt;
+}
+
 TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
   TinyModelSpec spec;
   spec.arch = Arch::Gemma3;
@@ -168,14 +180,7 @@ TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
   const std::vector<int32_t> prompt = test::long_prompt(300);
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     SCOPED_TRACE(interleaving_name(policy));
-    EmulatorOptions opt;
-    opt.num_workgroups = 16;
-    opt.context = 320;
-    opt.interleaving = policy;
-    opt.interleave_seed = 3;
-    opt.record_logits = true;
-    opt.check_dependencies = true;
-    expect_emulator_matches_reference(*model, prompt, opt, 6);
+    expect_emulator_matches_reference(*model, prompt, checked_interleaving(policy, 3), 6);
   }
 }
 
@@ -197,14 +202,7 @@ TEST(Emulator, LlamaFamilyWindowsRunPastTheirLength) {
     const std::vector<int32_t> prompt = test::long_prompt(300);
     for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Random}) {
       SCOPED_TRACE(fmt::format("{} {}", arch_name(arch), interleaving_name(policy)));
-      EmulatorOptions opt;
-      opt.num_workgroups = 16;
-      opt.context = 320;
-      opt.interleaving = policy;
-      opt.interleave_seed = 5;
-      opt.record_logits = true;
-      opt.check_dependencies = true;
-      expect_emulator_matches_reference(*model, prompt, opt, 6);
+      expect_emulator_matches_reference(*model, prompt, checked_interleaving(policy, 5), 6);
     }
   }
 }

@@ -5,10 +5,11 @@
 // for several vector sizes (0: the barrier alone) and checks every sum. NVLink multicast stays off (no
 // multimem; run with NCCL_NVLS_ENABLE=0).
 //
-// Standalone (not part of the build):
-//   nvcc -std=c++17 -O3 -arch=sm_90a device/measure/nccl_lsa_probe.cu -lnccl -o nccl_lsa_probe
-//   NCCL_NVLS_ENABLE=0 ./nccl_lsa_probe            (every visible GPU, at least 2)
-#include <cuda_runtime.h>
+// Standalone, like the other tests/gpu/*_check.cu (not part of the build; exits 1 on a wrong sum):
+//   nvcc -std=c++17 -O3 -arch=sm_90a -I. tests/gpu/nccl_lsa_check.cu -lnccl -o nccl_lsa_check
+//   NCCL_NVLS_ENABLE=0 ./nccl_lsa_check            (every visible GPU, at least 2)
+#include "tests/gpu/standalone_check.h"
+
 #include <nccl.h>
 #include <nccl_device.h>
 
@@ -19,14 +20,6 @@
 #include <string_view>
 #include <vector>
 
-#define CHECK_CUDA(x)                                                                                   \
-  do {                                                                                                  \
-    cudaError_t e_ = (x);                                                                               \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));          \
-      std::exit(1);                                                                                     \
-    }                                                                                                   \
-  } while (0)
 #define CHECK_NCCL(x)                                                                                   \
   do {                                                                                                  \
     ncclResult_t r_ = (x);                                                                              \
@@ -95,14 +88,14 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(ncclWindow_t win, nc
 
 int main() {
   int n = 0;
-  CHECK_CUDA(cudaGetDeviceCount(&n));
+  CHECK(cudaGetDeviceCount(&n));
   if (n < 2) {
-    std::fprintf(stderr, "nccl_lsa_probe: %d GPU visible; the probe needs at least 2\n", n);
+    std::fprintf(stderr, "nccl_lsa_check: %d GPU visible; the probe needs at least 2\n", n);
     return 1;
   }
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
   if (nvls == nullptr || std::string_view(nvls) != "0") {
-    std::fprintf(stderr, "nccl_lsa_probe: run with NCCL_NVLS_ENABLE=0 (NVLink multicast must stay off)\n");
+    std::fprintf(stderr, "nccl_lsa_check: run with NCCL_NVLS_ENABLE=0 (NVLink multicast must stay off)\n");
     return 1;
   }
   std::vector<int> devs(static_cast<size_t>(n));
@@ -117,11 +110,11 @@ int main() {
   std::vector<unsigned long long*> ns(static_cast<size_t>(n));
   std::vector<cudaStream_t> stream(static_cast<size_t>(n));
   for (int d = 0; d < n; ++d) {
-    CHECK_CUDA(cudaSetDevice(d));
+    CHECK(cudaSetDevice(d));
     CHECK_NCCL(ncclMemAlloc(&buf[size_t(d)], window_bytes));
-    CHECK_CUDA(cudaMalloc(&out[size_t(d)], kMaxFloats * sizeof(float)));
-    CHECK_CUDA(cudaMalloc(&ns[size_t(d)], sizeof(unsigned long long)));
-    CHECK_CUDA(cudaStreamCreate(&stream[size_t(d)]));
+    CHECK(cudaMalloc(&out[size_t(d)], kMaxFloats * sizeof(float)));
+    CHECK(cudaMalloc(&ns[size_t(d)], sizeof(unsigned long long)));
+    CHECK(cudaStreamCreate(&stream[size_t(d)]));
   }
   CHECK_NCCL(ncclGroupStart());
   for (int d = 0; d < n; ++d)
@@ -144,20 +137,20 @@ int main() {
     for (const int floats : {0, 256, 1024, 2048, 4096, 8192}) {
       if (vector && floats == 0) continue;
       for (int d = 0; d < n; ++d) {
-        CHECK_CUDA(cudaSetDevice(d));
+        CHECK(cudaSetDevice(d));
         auto kernel = vector ? exchange_kernel<true> : exchange_kernel<false>;
         kernel<<<1, kThreads, 0, stream[size_t(d)]>>>(win[size_t(d)], dev[size_t(d)], floats, iters, out[size_t(d)], ns[size_t(d)]);
-        CHECK_CUDA(cudaGetLastError());
+        CHECK(cudaGetLastError());
       }
       double worst_us = 0.0;
       for (int d = 0; d < n; ++d) {
-        CHECK_CUDA(cudaSetDevice(d));
-        CHECK_CUDA(cudaStreamSynchronize(stream[size_t(d)]));
+        CHECK(cudaSetDevice(d));
+        CHECK(cudaStreamSynchronize(stream[size_t(d)]));
         unsigned long long t = 0;
-        CHECK_CUDA(cudaMemcpy(&t, ns[size_t(d)], sizeof(t), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(&t, ns[size_t(d)], sizeof(t), cudaMemcpyDeviceToHost));
         worst_us = std::max(worst_us, double(t) / iters / 1e3);
         std::vector<float> got(static_cast<size_t>(floats));
-        if (floats > 0) CHECK_CUDA(cudaMemcpy(got.data(), out[size_t(d)], got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        if (floats > 0) CHECK(cudaMemcpy(got.data(), out[size_t(d)], got.size() * sizeof(float), cudaMemcpyDeviceToHost));
         for (int i = 0; i < floats; ++i) {
           float want = 0.f;
           for (int r = 0; r < n; ++r) want += partial(r, iters - 1, i);
