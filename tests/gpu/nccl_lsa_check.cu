@@ -30,6 +30,7 @@
   } while (0)
 
 constexpr int kThreads = 512;
+constexpr int kMaxBlocks = 132;
 constexpr int kMaxFloats = 8192;  // 32 KiB of fp32 per partial
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -41,12 +42,16 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // Rank r's partial at iteration it: element i is r + 1 + it + i / 1024 (exact in fp32 for these sizes).
 __device__ __host__ inline float partial(int rank, int it, int i) { return float(rank + 1 + it) + float(i) / 1024.0f; }
 
-// kVector: 16-byte stores and loads (floats a multiple of 4), else 4-byte ones.
+// kVector: 16-byte stores and loads (floats a multiple of 4), else 4-byte ones. With several blocks, block
+// b exchanges its own slice of the vector through its own LSA barrier (index b), as the workgroups of a
+// row stage would exchange the rows they computed.
 template <bool kVector>
 __global__ void __launch_bounds__(kThreads) exchange_kernel(ncclWindow_t win, ncclDevComm comm, int floats, int iters,
                                                             float* out, unsigned long long* ns) {
   const int rank = comm.rank, ranks = comm.nRanks;
-  ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), comm, ncclTeamLsa(comm), comm.lsaBarrier, 0};
+  const int slice = (floats / 4 + int(gridDim.x) - 1) / int(gridDim.x) * 4;
+  const int lo = min(floats, int(blockIdx.x) * slice), hi = min(floats, lo + slice);
+  ncclLsaBarrierSession<ncclCoopCta> bar{ncclCoopCta(), comm, ncclTeamLsa(comm), comm.lsaBarrier, blockIdx.x};
   bar.sync(ncclCoopCta(), cuda::memory_order_relaxed);  // every GPU's block is running
   const unsigned long long t0 = global_ns();
   for (int it = 0; it < iters; ++it) {
@@ -55,18 +60,18 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(ncclWindow_t win, nc
     for (int peer = 0; peer < ranks; ++peer) {
       float* dst = static_cast<float*>(ncclGetLsaPointer(win, mine, peer));
       if constexpr (kVector) {
-        for (int i = 4 * threadIdx.x; i < floats; i += 4 * kThreads)
+        for (int i = lo + 4 * int(threadIdx.x); i < hi; i += 4 * kThreads)
           *reinterpret_cast<float4*>(dst + i) = make_float4(partial(rank, it, i), partial(rank, it, i + 1), partial(rank, it, i + 2),
                                                             partial(rank, it, i + 3));
       } else {
-        for (int i = threadIdx.x; i < floats; i += kThreads) dst[i] = partial(rank, it, i);
+        for (int i = lo + int(threadIdx.x); i < hi; i += kThreads) dst[i] = partial(rank, it, i);
       }
     }
     bar.arrive(ncclCoopCta(), cuda::memory_order_release);
     bar.wait(ncclCoopCta(), cuda::memory_order_acquire);
     const float* slots = static_cast<const float*>(ncclGetLsaPointer(win, set * sizeof(float), rank));
     if constexpr (kVector) {
-      for (int i = 4 * threadIdx.x; i < floats; i += 4 * kThreads) {
+      for (int i = lo + 4 * int(threadIdx.x); i < hi; i += 4 * kThreads) {
         float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int r = 0; r < ranks; ++r) {
           const float4 v = *reinterpret_cast<const float4*>(slots + size_t(r) * kMaxFloats + i);
@@ -75,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(ncclWindow_t win, nc
         *reinterpret_cast<float4*>(out + i) = s;
       }
     } else {
-      for (int i = threadIdx.x; i < floats; i += kThreads) {
+      for (int i = lo + int(threadIdx.x); i < hi; i += kThreads) {
         float s = 0.f;
         for (int r = 0; r < ranks; ++r) s += slots[size_t(r) * kMaxFloats + i];
         out[i] = s;
@@ -83,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(ncclWindow_t win, nc
     }
   }
   const unsigned long long t1 = global_ns();
-  if (threadIdx.x == 0) *ns = t1 - t0;
+  if (threadIdx.x == 0) atomicMax(ns, t1 - t0);  // the slowest block
 }
 
 int main() {
@@ -124,22 +129,27 @@ int main() {
   for (int d = 0; d < n; ++d) {
     ncclDevCommRequirements reqs{};
     reqs.lsaMultimem = false;
-    reqs.lsaBarrierCount = 1;
+    reqs.lsaBarrierCount = kMaxBlocks;
     CHECK_NCCL(ncclDevCommCreate(comms[size_t(d)], &reqs, &dev[size_t(d)]));
   }
   CHECK_NCCL(ncclGroupEnd());
 
-  std::printf("%d GPUs, one block of %d threads each; time per exchange (push to every peer, LSA barrier, local sum)\n", n,
-              kThreads);
+  std::printf("%d GPUs, blocks of %d threads; time per exchange (push to every peer, LSA barrier, local sum)\n", n, kThreads);
   bool ok = true;
   const int iters = 2000;
-  for (const bool vector : {false, true})
+  struct Case {
+    int blocks;
+    bool vector;
+  };
+  for (const Case c : {Case{1, false}, Case{1, true}, Case{8, true}, Case{32, true}, Case{kMaxBlocks, true}})
     for (const int floats : {0, 256, 1024, 2048, 4096, 8192}) {
-      if (vector && floats == 0) continue;
+      if (c.vector && floats == 0) continue;
       for (int d = 0; d < n; ++d) {
         CHECK(cudaSetDevice(d));
-        auto kernel = vector ? exchange_kernel<true> : exchange_kernel<false>;
-        kernel<<<1, kThreads, 0, stream[size_t(d)]>>>(win[size_t(d)], dev[size_t(d)], floats, iters, out[size_t(d)], ns[size_t(d)]);
+        CHECK(cudaMemsetAsync(ns[size_t(d)], 0, sizeof(unsigned long long), stream[size_t(d)]));
+        auto kernel = c.vector ? exchange_kernel<true> : exchange_kernel<false>;
+        kernel<<<c.blocks, kThreads, 0, stream[size_t(d)]>>>(win[size_t(d)], dev[size_t(d)], floats, iters, out[size_t(d)],
+                                                               ns[size_t(d)]);
         CHECK(cudaGetLastError());
       }
       double worst_us = 0.0;
@@ -161,8 +171,8 @@ int main() {
           }
         }
       }
-      std::printf("  %5d floats (%5.1f KiB a partial), %2d-byte accesses: %.2f us (slowest GPU), sums %s\n", floats,
-                  floats * 4 / 1024.0, vector ? 16 : 4, worst_us, ok ? "exact" : "WRONG");
+      std::printf("  %3d block(s), %5d floats (%5.1f KiB a partial), %2d-byte accesses: %.2f us (slowest block), sums %s\n", c.blocks,
+                  floats, floats * 4 / 1024.0, c.vector ? 16 : 4, worst_us, ok ? "exact" : "WRONG");
     }
   CHECK_NCCL(ncclGroupStart());
   for (int d = 0; d < n; ++d) CHECK_NCCL(ncclDevCommDestroy(comms[size_t(d)], &dev[size_t(d)]));
