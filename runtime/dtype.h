@@ -161,12 +161,10 @@ MK_HD_INLINE float load_as_float(const void* data, DType t, int64_t i) {
   }
 }
 
-// The bits of element i of an array of `t` of at most 16 bits: sub-byte elements in element order (element
+// The bits of element i of an array of `t` of at most 8 bits: sub-byte elements in element order (element
 // i of 4 bits in byte i / 2, the low nibble for even i).
 inline uint32_t load_code(const void* data, DType t, int64_t i) {
-  const int bits = dtype_bits(t);
-  if (bits == 16) return load_element<uint16_t>(data, i);
-  const int per_byte = 8 / bits;
+  const int bits = dtype_bits(t), per_byte = 8 / bits;
   const uint32_t byte = static_cast<const uint8_t*>(data)[i / per_byte];
   return (byte >> (bits * (i % per_byte))) & ((1u << bits) - 1u);
 }

@@ -138,10 +138,13 @@ MK_HD_INLINE constexpr int matrix_row_bytes(MatrixFormat f, int cols) { return r
 // elements 0, 2, 4, 6 in nibbles 0..3 and 1, 3, 5, 7 in nibbles 4..7.
 MK_HD_INLINE constexpr int int4_nibble(int e) { return (e >> 1) + 4 * (e & 1); }
 
-// The code of element c of a quantized row (8 bits: byte c; 4 bits: int4_nibble's order).
+// The first bit of element c's 4-bit code in a row: nibble int4_nibble(c % 8) of 32-bit word c / 8.
+MK_HD_INLINE constexpr int int4_code_bit(int c) { return 32 * (c / 8) + 4 * int4_nibble(c % 8); }
+
+// The code of element c of a quantized row (8 bits: byte c; 4 bits: at int4_code_bit).
 MK_HD_INLINE uint32_t row_code(MatrixFormat f, const uint8_t* row, int c) {
   if (matrix_element_bits(f) == 8) return row[c];
-  const int bit = 32 * (c / 8) + 4 * int4_nibble(c % 8);
+  const int bit = int4_code_bit(c);
   return (row[bit / 8] >> (bit % 8)) & 0xfu;
 }
 // Sets the code of element c of a quantized row whose code bits there are still 0.
@@ -150,7 +153,7 @@ MK_HD_INLINE void set_row_code(MatrixFormat f, uint8_t* row, int c, uint32_t cod
     row[c] = uint8_t(code);
     return;
   }
-  const int bit = 32 * (c / 8) + 4 * int4_nibble(c % 8);
+  const int bit = int4_code_bit(c);
   row[bit / 8] |= uint8_t(code << (bit % 8));
 }
 // The 4-bit code of element c of an INT4 row.

@@ -102,8 +102,7 @@ std::unique_ptr<Model> preset_model(const std::string& name, MatrixFormat format
 
 std::unique_ptr<Model> preset_model(const std::string& name, const LoadOptions& options) {
   if (!options.quantize) return preset_model(name);
-  const MatrixFormat f = *options.quantize;
-  if (!matrix_format_quantized(f)) fail("load-time quantization to {} is not a quantized format", matrix_format_name(f));
+  const MatrixFormat f = quantize_target(options, "preset:" + name);
   return preset_model(name, f, options.quantize_head ? f : MatrixFormat::BF16);
 }
 

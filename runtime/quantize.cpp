@@ -112,12 +112,10 @@ void quantize_matrix(TensorView& t, MatrixFormat format, Owned& owned, std::mute
   });
 }
 
-
 }  // namespace
 
 std::vector<TensorView*> weight_matrices(Model& model) { return matrices_of<Model, TensorView>(model); }
 std::vector<const TensorView*> weight_matrices(const Model& model) { return matrices_of<const Model, const TensorView>(model); }
-
 
 namespace {
 
@@ -224,9 +222,7 @@ void bring_to_target_formats(Model& model, const LoadOptions& options) {
   const MatrixFormat stored = stored_body_format(model);
   MatrixFormat target = stored;
   if (options.quantize) {
-    target = *options.quantize;
-    if (!matrix_format_quantized(target))
-      fail("model {}: load-time quantization to {} is not a quantized format", model.dir.string(), matrix_format_name(target));
+    target = quantize_target(options, model.dir.string());
     if (matrix_format_quantized(stored) && stored != target)
       fail("model {} is stored in {}; it cannot be quantized to {} (run it as stored, without the quantize option)",
            model.dir.string(), matrix_format_name(stored), matrix_format_name(target));
@@ -259,6 +255,12 @@ void bring_to_target_formats(Model& model, const LoadOptions& options) {
 }
 
 }  // namespace
+
+MatrixFormat quantize_target(const LoadOptions& options, const std::string& model_name) {
+  const MatrixFormat f = *options.quantize;
+  if (!matrix_format_quantized(f)) fail("model {}: load-time quantization to {} is not a quantized format", model_name, matrix_format_name(f));
+  return f;
+}
 
 void prepare_matrix_formats(Model& model, const LoadOptions& options) {
   bring_to_target_formats(model, options);

@@ -24,6 +24,10 @@ std::vector<const TensorView*> weight_matrices(const Model& model);
 // Model::formats; the rest reads it there.
 WeightFormats resolve_weight_formats(const Model& model);
 
+// `options.quantize` (set) as the format to quantize `model_name`'s matrices to: a quantized format, or an
+// error naming it.
+MatrixFormat quantize_target(const LoadOptions& options, const std::string& model_name);
+
 // Brings a loaded model's matrices into the formats the kernels will read, as `options` ask:
 // - `options.quantize` a quantized format (FP8, INT4): every layer matrix not yet in that format is quantized (a checkpoint
 //   already quantized in the other format is an error), and the embedding and LM head too unless

@@ -303,7 +303,7 @@ INSTANTIATE_TEST_SUITE_P(PromptLengthsAndChunkSizes, PrefillVsReference,
                                            PrefillCase{200, 100, Arch::Gemma3, MatrixFormat::INT4, 70}),
                          [](const auto& param_info) {
                            const PrefillCase& p = param_info.param;
-                           const char* q = p.quantize == MatrixFormat::FP8 ? "_fp8" : p.quantize == MatrixFormat::INT4 ? "_int4" : "";
+                           const std::string q = p.quantize ? "_" + std::string(matrix_format_name(*p.quantize)) : "";
                            const std::string window = p.arch == Arch::Gemma3 ? fmt::format("_window{}", p.window) : "";
                            return fmt::format("prompt{}_chunk{}_{}{}{}", p.prompt, p.chunk, arch_name(p.arch), q, window);
                          });
