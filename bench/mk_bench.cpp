@@ -315,6 +315,9 @@ int run(int argc, char** argv) {
                  "group, by its last split) or auto (the model's default)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "o_proj", "group"}));
+  bool post_norm_stages = false;
+  app.add_flag("--post-norm-stages", post_norm_stages,
+               "post-norm layers (Gemma 3): each post-norm as a stage of its own instead of folded into the stage after it");
   std::string sync_domains = "1";
   app.add_option("--sync-domains", sync_domains,
                  "per-domain counters for whole-stage dependencies (issue 4): 1 = flat counters; N = N domains, workgroup w in "
@@ -370,6 +373,7 @@ int run(int argc, char** argv) {
   opt.trace_step = trace_step;
   opt.attention_splits = splits;
   opt.attention_combine = attention_combine == "auto" ? -1 : attention_combine == "group" ? 1 : 0;
+  opt.fold_post_norms = !post_norm_stages;
   opt.stream_slots = stream_slots;
   opt.stream_lookahead = lookahead;
   opt.stream_early = early;
@@ -514,6 +518,7 @@ int run(int argc, char** argv) {
     j["workgroups"] = gpu->schedule().num_workgroups;
     j["attention_splits"] = gpu->schedule().attention_splits;
     j["attention_combine"] = gpu->schedule().combine_once.enabled ? "group" : "o_proj";
+    j["post_norms_folded"] = gpu->schedule().post_norms_folded;
     j["no_waits"] = no_waits;
     j["narrow"] = {{"workgroups", gpu->schedule().narrow_workgroups}, {"ops", mk::op_names(gpu->schedule().narrow_ops)}};
     for (const auto& r : results) {

@@ -296,6 +296,16 @@ __device__ inline void stage_norm_weight(const float* weight, int n, float* dst)
   for (int q = threadIdx.x; q < n / 4; q += kThreads) copy_async_16(dst + 4 * plane_quad(q, n8), weight + 4 * q);
 }
 
+// The same for two weights at once (a norm's and a folded post-norm's), in one loop.
+__device__ inline void stage_two_norm_weights(const float* a, const float* b, int n, float* dst_a, float* dst_b) {
+  const int n8 = n / 8;
+  for (int q = threadIdx.x; q < n / 4; q += kThreads) {
+    const int at = 4 * plane_quad(q, n8);
+    copy_async_16(dst_a + at, a + 4 * q);
+    copy_async_16(dst_b + at, b + 4 * q);
+  }
+}
+
 // Starts copying values [begin, begin + rows) of a per-row f32 constant (a bias) into dst, for a GEMV
 // behind an RMSNorm of an n-element input: its emits then read them from shared memory instead of one
 // L2 round trip per row after the dot product. The copies are issued by the threads that hold a piece of
@@ -328,6 +338,84 @@ __device__ inline void norm_input_to_planes(const float* x, const float* weight_
   float total = 0.f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) total += red[w];  // fixed order: every warp gets the same value
+  if (lane_id() == 0) red[kWarps + warp_id()] = 1.0f / sqrtf(total / float(n) + eps);
+}
+
+// The residual after a post-norm folded into the GEMV that follows it (Instr::folds): x' = x +
+// RMSNorm(projected) * post_weight, into shared memory in planes at `xs` (where the GEMV's norm then
+// finds it: norm_planes_to_planes). `post_planes`: the post-norm weight, staged in the planes' order by
+// stage_norm_weight; it ends holding projected * post_weight. With `x_out` set, x' is also stored there
+// (the stages after read it). One block reduction, on red[kWarps, 2 * kWarps), so that the norm's after
+// it (on red[0, kWarps)) writes no slot another warp may still read. Each thread handles the pieces
+// stage_norm_weight gave it, as norm_input_to_planes does, and waits for its asynchronous copies (the
+// norm's weight too).
+__device__ inline void fold_post_norm_to_planes(const float* x, const float* projected, float* post_planes, int n, float eps,
+                                                float* xs, float* red, float* x_out) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  const float4* pr4 = reinterpret_cast<const float4*>(projected);
+  float4* pw4 = reinterpret_cast<float4*>(post_planes);
+  float4* d4 = reinterpret_cast<float4*>(xs);
+  const int n4 = n / 4, n8 = n / 8;
+  constexpr int kBatch = 4;
+  float ss = 0.f;
+  for (int base = int(threadIdx.x); base < n4; base += kThreads * kBatch) {
+    float4 xv[kBatch], pv[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      xv[b] = i < n4 ? load_fresh(x4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      pv[b] = i < n4 ? load_fresh(pr4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    if (base == int(threadIdx.x)) wait_async_copies();
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = base + b * kThreads;
+      if (i < n4) {
+        const int q = plane_quad(i, n8);
+        const float4 v = pv[b], w = pw4[q];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        pw4[q] = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+        d4[q] = xv[b];
+      }
+    }
+  }
+  ss = warp_sum(ss);
+  if (lane_id() == 0) red[kWarps + warp_id()] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[kWarps + w];  // fixed order: every thread gets the same value
+  const float inv = 1.0f / sqrtf(total / float(n) + eps);
+  float4* out4 = reinterpret_cast<float4*>(x_out);
+  for (int i = int(threadIdx.x); i < n4; i += kThreads) {
+    const int q = plane_quad(i, n8);
+    const float4 a = d4[q], pw = pw4[q];
+    const float4 v = make_float4(a.x + pw.x * inv, a.y + pw.y * inv, a.z + pw.z * inv, a.w + pw.w * inv);
+    d4[q] = v;
+    if (out4) out4[i] = v;
+  }
+}
+
+// norm_input_to_planes for an input already in shared memory in planes (fold_post_norm_to_planes' x'), in
+// place: xs = x * weight and 1 / rms(x) in red[kWarps + w]. The same pieces per thread, so no barrier
+// before it.
+__device__ inline void norm_planes_to_planes(const float* weight_planes, int n, float eps, float* xs, float* red) {
+  const float4* w4 = reinterpret_cast<const float4*>(weight_planes);
+  float4* d4 = reinterpret_cast<float4*>(xs);
+  const int n4 = n / 4, n8 = n / 8;
+  float ss = 0.f;
+  for (int i = int(threadIdx.x); i < n4; i += kThreads) {
+    const int q = plane_quad(i, n8);
+    const float4 v = d4[q], w = w4[q];
+    ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    d4[q] = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+  }
+  ss = warp_sum(ss);
+  if (lane_id() == 0) red[warp_id()] = ss;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[w];
   if (lane_id() == 0) red[kWarps + warp_id()] = 1.0f / sqrtf(total / float(n) + eps);
 }
 

@@ -128,6 +128,24 @@ GpuInfo query_device(int device) {
   return info;
 }
 
+// The fold kernels fix per op which of x's buffers it reads and which post-norm it folds (device/machine.h's
+// norm_prologue, the ops' prestage): a folded schedule must say the same, instruction by instruction.
+void check_folded_step(const Schedule& s) {
+  for (const Instr& in : s.instrs) {
+    const bool alt = in.flags & kReadsResidualAlt;
+    bool ok = true;
+    switch (in.op) {
+      case Op::Embed: ok = (in.flags & kStartsFoldedStep) != 0; break;
+      case Op::QKV: ok = alt && in.folds == kFoldsMlpPostNorm; break;
+      case Op::GateUp: ok = !alt && in.folds == kFoldsAttentionPostNorm; break;
+      case Op::LMHead: ok = alt && in.folds == kFoldsMlpPostNorm && !(in.flags & kWritesResidual); break;
+      case Op::PostNorm: ok = false; break;
+      default: break;
+    }
+    if (!ok) fail("internal: the folded schedule's {} is not what the fold kernels run", s.describe(in));
+  }
+}
+
 // What the kernel supports, checked before anything is allocated.
 void validate_model(const ModelConfig& c) {
   auto need = [](bool ok, const std::string& what) {
@@ -157,17 +175,23 @@ class MonokernelBackend final : public GpuBackend {
     ScheduleParams sp{workgroups, opt.attention_splits, opt.stage_barriers, opt.sync_domains, 0,
                       plan_chunk_steps(cfg_, opt.chunk_tokens, opt.context)};
     sp.attention_combine = opt.attention_combine;
+    sp.fold_post_norms = opt.fold_post_norms;
     sp.chunk_wide_tiles = opt.chunk_wide_tiles && dev::chunk_gemm_wide_tiles(layout_.format);
     if (opt.narrow_workgroups > 0) sp.narrow_workgroups = opt.narrow_workgroups, sp.narrow_ops = opt.narrow_ops;
     schedule_ = build_schedule(cfg_, sp);
     const bool grouped = schedule_.sync_domains > 1;
+    if (grouped && schedule_.post_norms_folded) {  // no kernels fold with per-domain counters (monokernel_entry)
+      sp.fold_post_norms = false;
+      schedule_ = build_schedule(cfg_, sp);
+    }
+    const bool fold = schedule_.post_norms_folded;
     if (opt.attention_path == AttentionPath::WarpChunks && !dev::attention_warp_path_supported(dims()))
       fail("attention's warp path needs head_dim / 8 to be a power of two and query heads per kv head x head_dim "
            "<= 1,024 (head_dim {}, {} query heads per kv head)",
            cfg_.head_dim, cfg_.group_size());
     // The streamed kernel for planning the shared memory (its static part is the largest); the final
     // choice follows the plan.
-    kernel_ = dev::monokernel_entry(layout_.format, true, opt.profile, grouped, false);
+    kernel_ = dev::monokernel_entry(layout_.format, true, opt.profile, grouped, false, fold);
     int max_smem = 0;
     MK_GPU_CHECK(hipDeviceGetAttribute(&max_smem, hipDeviceAttributeMaxSharedMemoryPerBlock, opt.device));
     if (opt.narrow_workgroups < 0) {  // the latency-bound row stages on half the workgroups, where they fit
@@ -187,6 +211,7 @@ class MonokernelBackend final : public GpuBackend {
       if (clean_schedule_ && (clean_schedule_->instrs.size() != schedule_.instrs.size() || clean_schedule_->wg_begin != schedule_.wg_begin))
         fail("debug_edit_schedule: with debug_edit_launches the edit must keep the instruction lists' lengths");
     }
+    if (schedule_.post_norms_folded) check_folded_step(schedule_);
     smem_bytes_ = dev::activation_smem_bytes(schedule_, dims());
     if (smem_bytes_ > size_t(max_smem))
       fail("the kernel needs {} bytes of shared memory per workgroup for this model; the GPU allows {}", smem_bytes_, max_smem);
@@ -202,8 +227,8 @@ class MonokernelBackend final : public GpuBackend {
     }
     // Attention's tile-path kernel now; the long-context one on the first launch that needs it (launch
     // below), so that sessions that never reach long contexts set up nothing more.
-    kernel_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, false);
-    kernel_long_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, true);
+    kernel_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, false, fold);
+    kernel_long_ = dev::monokernel_entry(layout_.format, stream_slots_ > 0, opt.profile, grouped, true, fold);
     prepare_kernel(kernel_);
     if (schedule_.chunk.enabled()) {
       chunk_kernel_ = dev::chunk_kernel_entry(layout_.format, opt.profile);

@@ -25,6 +25,9 @@ struct GpuOptions {
   // Where attention's split partials are combined (ScheduleParams::attention_combine): -1 the model's
   // default, 0 in every o_proj workgroup, 1 once per kv group by its last split.
   int attention_combine = -1;
+  // Post-norm layers (Gemma 3): each post-norm folded into the stage after it (ScheduleParams::
+  // fold_post_norms), or false: a post_norm stage of its own.
+  bool fold_post_norms = true;
   bool stage_barriers = false;   // the flat-barrier schedule (ScheduleParams::stage_barriers), for comparison
   // Prompt tokens per chunk step (prefill; device/kernel_plan.h's plan_chunk_steps): -1 the default for
   // the context, 0 none (prompts go one token per step).

@@ -23,11 +23,13 @@ __shared__ unsigned long long profile_prologue_end;
 // path (device/ops/attention.h), for launches that reach long splits (attention_long_context). Each combination is its own
 // kernel, so a launch carries no code it never runs: measured 1.0% faster for Llama-3.2-1B and 1.3% for
 // 3.1-8B on an H200 than one kernel with run-time switches, both with the aligned shared memory
-// (docs/log.md, 2026-11-21, where one step goes).
-template <MatrixFormat Format, bool Stream, bool Profile, bool LongContext>
+// (docs/log.md, 2026-11-21, where one step goes). Fold: the schedule folds post-norms into the GEMVs after
+// them (Schedule::post_norms_folded): every GEMV behind an RMSNorm then forms x' in its prologue. Its own
+// kernels, as a run-time choice of prologue made the other kernels spill.
+template <MatrixFormat Format, bool Stream, bool Profile, bool LongContext, bool Fold>
 struct Machine {
   static constexpr MatrixFormat kFormat = Format;
-  static constexpr bool kStream = Stream, kProfile = Profile, kLongContext = LongContext;
+  static constexpr bool kStream = Stream, kProfile = Profile, kLongContext = LongContext, kFold = Fold;
   const KernelParams& p;
   float* smem;  // dynamic shared memory: the activation area (the weight stream's ring follows it)
   float* red;   // 2 * kWarps floats: the norm's partial sums, then each warp's copy of 1 / rms
@@ -42,10 +44,35 @@ struct Machine {
 
   // The RMSNorm factor of the running GEMV (norm_input_to_planes), for its emit (lane 0).
   __device__ float inv_rms() const { return red[kWarps + warp_id()]; }
-  __device__ void norm_prologue(const float* x) { norm_input_to_planes(x, staged_norm(), p.dims.hidden, p.dims.rms_eps, smem, red); }
+  // The prologue of a GEMV behind an RMSNorm of x (qkv, gate_up, the LM head). Fold kernels: every such
+  // instruction folds the post-norm before it (Instr::folds; the step's first is a post-norm of zeros,
+  // from embed): x' = x + RMSNorm(projected) from the buffer that holds x, written to the other one by the
+  // stage's kWritesResidual block. kReadsAlt: the op's instructions read x_alt (kReadsResidualAlt: qkv and
+  // the LM head in a folded step; gate_up reads x), fixed per op, as a run-time choice made the kernels
+  // spill.
+  template <bool kReadsAlt>
+  __device__ void norm_prologue(const Instr& in) {
+    if constexpr (kFold) {
+      fold_post_norm_to_planes(kReadsAlt ? p.x_alt : p.x, p.projected, folded_post_norm(), p.dims.hidden, p.dims.rms_eps, smem, red,
+                               in.flags & kWritesResidual ? (kReadsAlt ? p.x : p.x_alt) : nullptr);
+      norm_planes_to_planes(staged_norm(), p.dims.hidden, p.dims.rms_eps, smem, red);
+    } else {
+      norm_input_to_planes(p.x, staged_norm(), p.dims.hidden, p.dims.rms_eps, smem, red);
+    }
+  }
+  // Before the wait: the norm's weight (at `norm`) into staged_norm(), and in fold kernels the folded
+  // post-norm's (at `post`) into folded_post_norm(), in one loop. Each op names the post-norm it folds
+  // (the one folded_norm_layer and Instr::folds say): a choice made here from the instruction, or a loop
+  // of its own, made the kernels spill.
+  __device__ void stage_norm_weights(uint64_t norm, uint64_t post) {
+    if constexpr (kFold) stage_two_norm_weights(f32(norm), f32(post), p.dims.hidden, staged_norm(), folded_post_norm());
+    else stage_norm_weight(f32(norm), p.dims.hidden, staged_norm());
+  }
 
   // Where a GEMV with a norm keeps its norm weight: right after its activation vector (hidden floats).
   __device__ float* staged_norm() const { return smem + p.dims.hidden; }
+  // Where one that folds a post-norm keeps that norm's weight: after its norm area (norm_gemv_floats).
+  __device__ float* folded_post_norm() const { return smem + norm_gemv_floats(p.dims); }
   // Where o_proj / down keep the residual rows x[begin, end) they add to (after their activation data).
   __device__ float* residual_rows() const { return smem + gemv_residual_offset(p.dims); }
   // Thread t fetches residual row begin + t with the prologue's other loads (one round trip for all) and

@@ -56,7 +56,7 @@ __device__ bool wait_counter(const KernelParams& p, uint32_t c, uint32_t target)
 
 // kGrouped: the schedule has per-domain counters (issue 4). Their own kernels, because supporting them in
 // the flat kernels (a stripe per workgroup, warp 0 in the waits) cost 0.6% with flat counters on an H200.
-template <MatrixFormat kFormat, bool kStream, bool kProfile, bool kGrouped, bool kLongContext>
+template <MatrixFormat kFormat, bool kStream, bool kProfile, bool kGrouped, bool kLongContext, bool kFold>
 __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   // Aligned to 1 KiB: the weight stream's slots and the activation planes sit at fixed offsets in it, and
   // where the static variables above left it (544 bytes in) the kernel ran 1.2-1.6% slower on an H200
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
       if (stop) break;
       if (threadIdx.x == kSignaller) p.progress[2 * wg] = step, p.progress[2 * wg + 1] = 0;  // past the gate
     }
-    Machine<kFormat, kStream, kProfile, kLongContext> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
+    Machine<kFormat, kStream, kProfile, kLongContext, kFold> m{p, reinterpret_cast<float*>(dynamic_smem), red, ws, step, 0};
     bool abandoned = false;
     for (uint32_t i = begin; i < end; ++i) {
       if (threadIdx.x == 0 && kProfile) wait_began = global_timer_ns(), profile_prologue_end = 0;
@@ -177,16 +177,22 @@ __global__ void __launch_bounds__(kThreads, 1) monokernel(KernelParams p) {
   if (threadIdx.x == kSignaller) p.progress[2 * wg + 1] = 0xffffffffu;
 }
 
-const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, bool grouped, bool long_context) {
+const void* monokernel_entry(MatrixFormat format, bool stream, bool profile, bool grouped, bool long_context, bool fold) {
+  // Folded post-norms: their kernels are not instantiated with per-domain counters (the engine unfolds a
+  // grouped schedule's post-norms), which would make 32 more kernels for an option that is off by default.
   auto pick = [&](auto format_tag, auto stream_tag, auto long_tag) -> const void* {
     constexpr MatrixFormat kF = decltype(format_tag)::value;
     constexpr bool kS = decltype(stream_tag)::value, kL = decltype(long_tag)::value;
+    if (fold)
+      return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, false, kL, true>)
+                     : reinterpret_cast<const void*>(&monokernel<kF, kS, false, false, kL, true>);
     if (grouped)
-      return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, true, kL>)
-                     : reinterpret_cast<const void*>(&monokernel<kF, kS, false, true, kL>);
-    return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, false, kL>)
-                   : reinterpret_cast<const void*>(&monokernel<kF, kS, false, false, kL>);
+      return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, true, kL, false>)
+                     : reinterpret_cast<const void*>(&monokernel<kF, kS, false, true, kL, false>);
+    return profile ? reinterpret_cast<const void*>(&monokernel<kF, kS, true, false, kL, false>)
+                   : reinterpret_cast<const void*>(&monokernel<kF, kS, false, false, kL, false>);
   };
+  if (fold && grouped) return nullptr;
   auto with_long = [&](auto format_tag, auto stream_tag) -> const void* {
     return long_context ? pick(format_tag, stream_tag, std::true_type{}) : pick(format_tag, stream_tag, std::false_type{});
   };

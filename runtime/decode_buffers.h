@@ -108,7 +108,8 @@ struct DecodeShapes {
   X(lm_key_counts, uint32_t, s.columns * kSampleBins, 1, "lm_head counts of the logits' first digit (sampling)") \
   X(constraint_state, int32_t, 1, 1, "constrained decoding's automaton state")                                     \
   X(step_spans, StepSpan, s.spans, 1, "step spans (the tokens each step runs)")                                   \
-  X(history, int32_t, s.spans > 0 ? s.context : 0, 1, "token history (drafting)")
+  X(history, int32_t, s.spans > 0 ? s.context : 0, 1, "token history (drafting)")                              \
+  X(x_alt, float, s.post_norms ? s.columns * s.hidden : 0, 1, "x's second buffer (folded post-norms)")
 
 #define MK_DECODE_BUFFERS(X) \
   MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X)

@@ -83,8 +83,11 @@ std::string Schedule::describe(const Instr& in) const {
     case Op::Embed:
     case Op::Sample: return where;
     default:
-      if (in.flags & kClaimsRows) return fmt::format("{} claimed rows (a rank's share of [{}, {}))", where, in.begin, in.end);
-      return fmt::format("{} rows [{}, {})", where, in.begin, in.end);
+      const std::string folds = in.folds == kFoldsNoNorm ? ""
+                                : fmt::format(" after the {} post-norm{}", in.folds == kFoldsAttentionPostNorm ? "attention" : "mlp",
+                                              in.flags & kWritesResidual ? ", writing x" : "");
+      if (in.flags & kClaimsRows) return fmt::format("{} claimed rows (a rank's share of [{}, {})){}", where, in.begin, in.end, folds);
+      return fmt::format("{} rows [{}, {}){}", where, in.begin, in.end, folds);
   }
 }
 
@@ -317,6 +320,40 @@ ChunkSchedule build_chunk_schedule(const StepRecipe& r, const ModelConfig& c, in
   return cs;
 }
 
+// Whether a token step's post-norms can be folded (ScheduleParams::fold_post_norms): it has some; nothing
+// adds to x but them; and every stage that reads x normalises it in its prologue (qkv, gate_up, the LM
+// head) and comes right after a post-norm it can fold (the attention's in the same layer; the MLP's at
+// the next layer's start, or before the LM head: folded_norm_layer finds the weight so) or, for layer 0's
+// qkv, right after embed (a post-norm of zeros: kStartsFoldedStep).
+bool post_norms_foldable(const StepRecipe& r) {
+  struct At {
+    const Stage* stage;
+    int layer;  // -1 before the layers, the layer count after them
+  };
+  std::vector<At> seq;
+  for (const Stage& st : r.first) seq.push_back({&st, -1});
+  for (size_t l = 0; l < r.layers.size(); ++l)
+    for (const Stage& st : r.layers[l].step) seq.push_back({&st, int(l)});
+  for (const Stage& st : r.last) seq.push_back({&st, int(r.layers.size())});
+  bool any = false;
+  for (size_t i = 0; i < seq.size(); ++i) {
+    const Stage& st = *seq[i].stage;
+    if (st.op == Op::PostNorm) any = true;
+    if (st.adds && st.op != Op::PostNorm) return false;
+    if (st.reads != Buffer::Residual) continue;
+    if (st.op != Op::QKV && st.op != Op::GateUp && st.op != Op::LMHead) return false;
+    if (i == 0) return false;
+    const Stage& before = *seq[i - 1].stage;
+    const int layer = seq[i].layer, before_layer = seq[i - 1].layer;
+    bool fits = false;
+    if (before.op == Op::Embed) fits = st.op == Op::QKV && layer == 0;
+    else if (before.op == Op::PostNorm && before.slot == kAttentionNorm) fits = st.op != Op::LMHead && layer == before_layer;
+    else if (before.op == Op::PostNorm) fits = (st.op == Op::QKV && layer == before_layer + 1) || (st.op == Op::LMHead && before_layer + 1 == int(r.layers.size()));
+    if (!fits) return false;
+  }
+  return any;
+}
+
 }  // namespace
 
 bool attention_combine_once_default(const ModelConfig& c, int splits) {
@@ -377,11 +414,15 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   // counters, then the stages after the layers.
   std::vector<uint32_t> first_counters, last_counters;
   for (const Stage& st : r.first) first_counters.push_back(b.counter(st.name));
+  const bool fold = p.fold_post_norms && post_norms_foldable(r);
+  s.post_norms_folded = fold;
   std::vector<std::vector<std::vector<uint32_t>>> lc(size_t(c.num_layers));  // [layer][stage] -> counters
   for (int l = 0; l < c.num_layers; ++l)
     for (const Stage& st : r.layers[size_t(l)].step) {
       std::vector<uint32_t> ids;
-      if (st.spread == Spread::GroupRows) {
+      if (fold && st.op == Op::PostNorm) {
+        // Folded: no instructions, no counter.
+      } else if (st.spread == Spread::GroupRows) {
         if (p.stage_barriers) ids.assign(size_t(groups), b.counter(fmt::format("layer {} {}", l, st.name)));
         else
           for (int g = 0; g < groups; ++g) ids.push_back(b.counter(fmt::format("layer {} {} group {}", l, st.name, g)));
@@ -441,6 +482,26 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   uint32_t prev_counter = 0, prev_count = 0;
   std::vector<uint32_t> prev_groups;
   uint32_t prev_group_count = 0;
+  // Folded post-norms (ScheduleParams::fold_post_norms): the one waiting for the next stage to fold it,
+  // and which of the residual's two buffers holds x now. A folded step starts with embed's x in x_alt and
+  // a post-norm of zeros for layer 0's qkv to fold (kStartsFoldedStep).
+  uint8_t pending_fold = kFoldsNoNorm;
+  bool residual_alt = false;
+  // A stage's instructions read the residual from the buffer that holds it; a stage after a folded
+  // post-norm folds it, and unless it comes after the layers (nothing reads x after the LM head), its
+  // first block writes x' to the other buffer.
+  auto place_residual = [&](const Stage& st, std::vector<Instr>& items, bool writes_back) {
+    if (residual_alt && st.adds) fail("schedule: stage '{}' adds to x while x is in its second buffer (folded post-norms)", st.name);
+    for (Instr& in : items) {
+      if (residual_alt && st.reads == Buffer::Residual) in.flags |= kReadsResidualAlt;
+      in.folds = pending_fold;
+    }
+    if (pending_fold != kFoldsNoNorm && writes_back) {
+      items.front().flags |= kWritesResidual;
+      residual_alt = !residual_alt;
+    }
+    pending_fold = kFoldsNoNorm;
+  };
   // A stage's instructions outside the layers: pinned, or a row block per workgroup with its slot.
   auto head_stage = [&](const Stage& st, uint32_t signal, bool starts_step) {
     if (st.spread == Spread::Pinned) {
@@ -449,6 +510,11 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
       // step 0).
       if (starts_step) add_wait(in, s.sample_counter, 1, 1);
       else add_wait(in, prev_counter, prev_count);
+      if (fold && st.writes == Buffer::Residual) {
+        in.flags |= kStartsFoldedStep;
+        residual_alt = true;
+        pending_fold = kFoldsMlpPostNorm;
+      }
       b.pinned(in, 0);
       prev_count = 1;
     } else if (st.spread == Spread::VocabRows) {
@@ -461,6 +527,7 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
         v.push_back(in);
       }
       s.lm_head_slots = int(slot);
+      place_residual(st, v, false);
       b.stage(std::move(v));
       prev_count = slot;
     } else {
@@ -476,6 +543,10 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
       const Stage& st = steps[k];
       const std::vector<uint32_t>& ids = lc[size_t(l)][k];
       std::vector<Instr> items;
+      if (fold && st.op == Op::PostNorm) {
+        pending_fold = st.slot == kAttentionNorm ? kFoldsAttentionPostNorm : kFoldsMlpPostNorm;
+        continue;  // the next stage waits for this one's producer
+      }
       switch (st.spread) {
         case Spread::GroupRows: {
           // At most one block per workgroup (W / groups, rounded down): rounding up gave a few workgroups
@@ -489,6 +560,7 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
               add_wait(in, prev_counter, prev_count);
               items.push_back(in);
             }
+          place_residual(st, items, true);
           b.stage(std::move(items));
           prev_groups = ids;
           prev_group_count = blocks_per_group * (p.stage_barriers ? uint32_t(groups) : 1u);
@@ -523,6 +595,7 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
               add_wait(in, prev_counter, prev_count);
               items.push_back(in);
             }
+            place_residual(st, items, true);
             b.stage(std::move(items));
             break;  // the next stage waits on the slices, not on a counter of this one
           }
@@ -551,6 +624,7 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
             in.slot = st.slot;
             if (st.writes == Buffer::Projected) in.flags |= kWritesProjected;
           }
+          place_residual(st, items, true);
           prev_counter = ids[0];
           prev_count = uint32_t(items.size());
           b.stage(std::move(items));

@@ -65,6 +65,20 @@ inline constexpr uint8_t kClaimsRows = 4;
 // writes its rows to the projected buffer, which the post_norm stage after it normalises and adds to x.
 // Chunk steps: a chunk_o_proj or chunk_down tile writes the chunk's projected rows (chunk_post_norm's).
 inline constexpr uint8_t kWritesProjected = 8;
+// A post-norm folded into the row stage after it (ScheduleParams::fold_post_norms): that stage's blocks
+// each form x' = x + RMSNorm(projected) in their prologue before their own norm, and one of them writes x'
+// for the stages after. x' goes to the other of the residual's two buffers (x, x_alt), as the other
+// blocks are still reading the one it came from.
+// kReadsResidualAlt: the instruction's residual input is x_alt, not x. kWritesResidual: the one block of
+// a folding stage that writes x' (to x if it read x_alt, else to x_alt). kStartsFoldedStep: the embed of
+// such a step, which writes x to x_alt and zeros to `projected`, so that layer 0's qkv folds a post-norm
+// of zeros (x' = x) like every other layer's: in a folded step every GEMV behind an RMSNorm folds.
+inline constexpr uint8_t kReadsResidualAlt = 16, kWritesResidual = 32, kStartsFoldedStep = 64;
+// Instr::folds: which post-norm a folding instruction applies, the one of the recipe's stage just before
+// its own: the attention's (the layer's post_attn_norm, before gate_up) or the MLP's (post_mlp_norm of the
+// layer before: before the next layer's qkv, or the last layer's, before the LM head; layer 0's qkv folds
+// embed's zeros, with layer 0's weight).
+inline constexpr uint8_t kFoldsNoNorm = 0, kFoldsAttentionPostNorm = 1, kFoldsMlpPostNorm = 2;
 
 struct Instr {
   Op op = Op::Embed;
@@ -78,13 +92,22 @@ struct Instr {
   // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm, ChunkPostNorm: which norm (kAttentionNorm,
   // kMlpNorm).
   uint16_t slot = 0;
-  uint8_t flags = 0;            // kSignalsHSlices, kWaitsHSlices, kClaimsRows, kWritesProjected
-  uint8_t reserved = 0;
+  uint8_t flags = 0;  // kSignalsHSlices, kWaitsHSlices, kClaimsRows, kWritesProjected, kReadsResidualAlt, kWritesResidual
+  uint8_t folds = kFoldsNoNorm;  // the post-norm it folds into its prologue (kFoldsAttentionPostNorm, kFoldsMlpPostNorm)
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
   uint32_t seq = 0;     // position in the canonical order of one step (for diagnostics and checking)
 };
 static_assert(sizeof(Instr) == 48, "Instr is shared with the GPU: keep its layout fixed");
+
+// The layer whose post-norm weight a folding instruction (Instr::folds) applies: its own for the
+// attention's post-norm; for the MLP's, the layer before its own (layer 0's own: it folds zeros), or the
+// last layer for the LM head (whose Instr::layer is 0).
+MK_HD_INLINE uint32_t folded_norm_layer(const Instr& in, uint32_t num_layers) {
+  if (in.folds == kFoldsAttentionPostNorm) return in.layer;
+  if (in.op == Op::LMHead) return num_layers - 1u;
+  return in.layer > 0 ? uint32_t(in.layer) - 1u : 0u;
+}
 
 struct ScheduleParams {
   int num_workgroups = 132;
@@ -129,6 +152,11 @@ struct ScheduleParams {
   // Tokens a token step can run (1..kMaxStepTokens): a step runs up to this many consecutive positions with
   // one pass over the weights (StepSpan below). Each step decides how many the next one runs.
   int step_tokens = 1;
+  // Post-norm layers (Gemma 3): each post-norm stage of the recipe is folded into the row stage after it
+  // (qkv, gate_up, the LM head: kReadsResidualAlt above), which removes the post-norm's own stage and its
+  // hand-off; false: a post_norm stage of its own, as the recipe lists it. Folded only where every
+  // post-norm of the step is followed by a stage that can fold it, and every stage that reads x is one.
+  bool fold_post_norms = true;
 };
 
 // Token steps of several tokens (ScheduleParams::step_tokens). A launch's tokens are indexed from its
@@ -304,6 +332,7 @@ struct Schedule {
   uint32_t narrow_ops = 0;
   int narrow_workgroups = 0;
   int step_tokens = 1;  // ScheduleParams::step_tokens: the columns of a step's buffers
+  bool post_norms_folded = false;  // ScheduleParams::fold_post_norms took effect (Instr::folds)
   HSlices h_slices;
   CombineOnce combine_once;
   ClaimedRows claimed_rows;

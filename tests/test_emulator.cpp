@@ -171,17 +171,58 @@ EmulatorOptions checked_interleaving(Interleaving policy, uint64_t seed) {
   return opt;
 }
 
-TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
+// A tiny Gemma 3 whose sliding layers attend to their last 96 positions, without EOS.
+std::unique_ptr<Model> gemma3_windowed_model(const char* name) {
   TinyModelSpec spec;
   spec.arch = Arch::Gemma3;
   spec.sliding_window = 96;
   spec.eos = {};
-  auto model = load_tiny_model(spec, "emu-gemma3-window");
+  return load_tiny_model(spec, name);
+}
+
+TEST(Emulator, Gemma3SlidingLayersSplitTheirWindowUnderEveryInterleaving) {
+  auto model = gemma3_windowed_model("emu-gemma3-window");
   const std::vector<int32_t> prompt = test::long_prompt(300);
   for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
     SCOPED_TRACE(interleaving_name(policy));
     expect_emulator_matches_reference(*model, prompt, checked_interleaving(policy, 3), 6);
   }
+}
+
+// Gemma 3's post-norms folded into the stage after each (the default) or run as stages of their own: the
+// same logits, bit for bit (the fold computes x + RMSNorm(projected) as the post_norm stage does), under
+// every interleaving with the dependency checker watching the residual's two buffers; with steps of one
+// token and of three (the fold in every column), and with the h slices between gate_up and down (gate_up,
+// which folds, then signals slices). Both match the reference.
+TEST(Emulator, Gemma3FoldedPostNormsGiveTheLogitsOfPostNormStages) {
+  auto model = gemma3_windowed_model("emu-gemma3-fold");
+  const std::vector<int32_t> prompt = test::long_prompt(40);
+  for (int step_tokens : {1, 3})
+    for (int h_slice_cols : {0, 16})
+      for (Interleaving policy : {Interleaving::RoundRobin, Interleaving::Eager, Interleaving::Random}) {
+        SCOPED_TRACE(testing::Message() << interleaving_name(policy) << ", steps of " << step_tokens << ", h slices of "
+                                        << h_slice_cols);
+        std::vector<std::vector<float>> logits[2];
+        for (bool fold : {false, true}) {
+          EmulatorOptions opt = checked_interleaving(policy, 5);
+          opt.context = 64;
+          opt.chunk_tokens = 0;  // the prompt through token steps too
+          opt.step_tokens = step_tokens;
+          opt.h_slice_cols = h_slice_cols;
+          opt.fold_post_norms = fold;
+          Emulator emu(*model, opt);
+          ASSERT_EQ(emu.schedule().post_norms_folded, fold);
+          GenerateRequest req;
+          req.input = prompt;
+          req.max_new_tokens = 5;
+          const GenerateResult result = emu.generate(req, {});
+          ASSERT_EQ(result.tokens.size(), 5u) << stop_reason_name(result.stop);
+          logits[fold] = emu.recorded_logits();
+          if (policy == Interleaving::Random && h_slice_cols == 0) expect_emulator_matches_reference(*model, prompt, opt, 5);
+        }
+        ASSERT_EQ(logits[0].size(), logits[1].size());
+        for (size_t i = 0; i < logits[0].size(); ++i) EXPECT_EQ(logits[0][i], logits[1][i]) << "step " << i;
+      }
 }
 
 // The Llama family's windows, past them: Mistral's on every layer, Qwen2's from max_window_layers on (layer

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+
+#include <fmt/format.h>
 
 #include "runtime/reference.h"
 #include "runtime/schedule.h"
@@ -149,6 +152,90 @@ TEST(StepRecipe, TheScheduleLaysOutTheRecipesStagesInItsOrder) {
   for (int l = 0; l < c.num_layers; ++l)
     for (size_t k = 0; k < (l == 1 ? 5 : chunk_layer.size()); ++k) chunk_expected.emplace_back(l, chunk_layer[k]);
   EXPECT_EQ(stages_of(cut.chunk.instrs), chunk_expected);
+}
+
+// Gemma 3's post-norms folded (ScheduleParams::fold_post_norms): no post_norm stage or counter; embed
+// writes x to x_alt (kStartsFoldedStep); every qkv folds the MLP post-norm of the layer before (layer 0's:
+// embed's zeros), reading x_alt and writing x' to x; gate_up folds its layer's attention post-norm,
+// reading x and writing x_alt; the LM head folds the last MLP post-norm from x_alt and writes nothing;
+// one block of each writing stage writes; each folding stage waits for the stage before the post-norm.
+// Not folded when asked so, or when a post-norm is not followed by a stage that can fold it.
+TEST(StepRecipe, PostNormsAreFoldedIntoTheStageAfterEach) {
+  TinyModelSpec spec;
+  spec.arch = Arch::Gemma3;
+  spec.layers = 3;
+  const auto model = test::load_tiny_model(spec, "recipe-fold");
+  const ModelConfig& c = model->config;
+  ScheduleParams p;
+  p.num_workgroups = 6;
+  const Schedule s = build_schedule(c, p);
+  ASSERT_TRUE(s.post_norms_folded);
+  std::vector<std::pair<int, Op>> expected = {{0, Op::Embed}};
+  for (int l = 0; l < c.num_layers; ++l)
+    for (Op op : {Op::QKV, Op::Attention, Op::OProj, Op::GateUp, Op::Down}) expected.emplace_back(l, op);
+  expected.emplace_back(0, Op::LMHead);
+  expected.emplace_back(0, Op::Sample);
+  EXPECT_EQ(stages_of(s.instrs), expected);
+  for (const std::string& name : s.counter_names) EXPECT_THAT(name, ::testing::Not(HasSubstr("post_norm")));
+  auto counter = [&](const std::string& name) {
+    const auto it = std::find(s.counter_names.begin(), s.counter_names.end(), name);
+    EXPECT_NE(it, s.counter_names.end()) << name;
+    return uint32_t(it - s.counter_names.begin());
+  };
+  std::map<std::pair<int, Op>, int> writers;
+  for (const Instr& in : s.instrs) {
+    SCOPED_TRACE(testing::Message() << "layer " << in.layer << " " << op_name(in.op));
+    const bool writes = in.flags & kWritesResidual, alt = in.flags & kReadsResidualAlt;
+    if (writes) ++writers[{in.layer, in.op}];
+    if (in.op == Op::Embed) {
+      EXPECT_EQ(in.flags & kStartsFoldedStep, kStartsFoldedStep);
+    } else if (in.op == Op::GateUp) {
+      EXPECT_EQ(in.folds, kFoldsAttentionPostNorm);
+      EXPECT_FALSE(alt);
+      EXPECT_EQ(in.waits[0].counter, counter(fmt::format("layer {} o_proj", in.layer)));
+    } else if (in.op == Op::QKV) {
+      EXPECT_EQ(in.folds, kFoldsMlpPostNorm);
+      EXPECT_TRUE(alt);
+      EXPECT_EQ(folded_norm_layer(in, uint32_t(c.num_layers)), uint32_t(in.layer > 0 ? in.layer - 1 : 0));
+      EXPECT_EQ(in.waits[0].counter, counter(in.layer > 0 ? fmt::format("layer {} down", in.layer - 1) : "embed"));
+    } else if (in.op == Op::LMHead) {
+      EXPECT_EQ(in.folds, kFoldsMlpPostNorm);
+      EXPECT_TRUE(alt);
+      EXPECT_FALSE(writes);
+      EXPECT_EQ(folded_norm_layer(in, uint32_t(c.num_layers)), uint32_t(c.num_layers - 1));
+      EXPECT_EQ(in.waits[0].counter, counter(fmt::format("layer {} down", c.num_layers - 1)));
+    } else {
+      EXPECT_EQ(in.folds, kFoldsNoNorm);
+      EXPECT_FALSE(alt);
+      EXPECT_FALSE(writes);
+    }
+  }
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_EQ((writers[{l, Op::GateUp}]), 1) << "layer " << l;
+    EXPECT_EQ((writers[{l, Op::QKV}]), 1) << "layer " << l;
+  }
+
+  // Asked for post-norm stages: they are there, and nothing folds.
+  p.fold_post_norms = false;
+  const Schedule stages = build_schedule(c, p);
+  EXPECT_FALSE(stages.post_norms_folded);
+  EXPECT_EQ(std::count_if(stages.instrs.begin(), stages.instrs.end(), [](const Instr& in) { return in.op == Op::PostNorm; }),
+            2 * c.num_layers * p.num_workgroups);
+  for (const Instr& in : stages.instrs) EXPECT_EQ(in.folds | (in.flags & (kReadsResidualAlt | kWritesResidual)), 0);
+
+  // Layer 1 without its MLP: its attention post-norm is followed by layer 2's qkv, which cannot fold it
+  // (qkv folds the MLP's post-norm of the layer before): no post-norm of the step is folded.
+  p.fold_post_norms = true;
+  StepRecipe r = build_step_recipe(c);
+  auto& steps = r.layers[1].step;
+  steps.erase(steps.begin() + 4, steps.end());
+  check_step_recipe(r);
+  const Schedule cut = build_schedule(r, c, p);
+  EXPECT_FALSE(cut.post_norms_folded);
+  for (const Instr& in : cut.instrs) EXPECT_EQ(in.folds, kFoldsNoNorm);
+
+  // A model without post-norms has nothing to fold.
+  EXPECT_FALSE(build_schedule(small_config(), p).post_norms_folded);
 }
 
 // A one-layer model's last position with a sliding window of w positions sees only the last w tokens,

@@ -1,4 +1,5 @@
-// Embed (workgroup 0): x = embedding[token of this step] * ModelDims::embed_scale.
+// Embed (workgroup 0): x = embedding[token of this step] * ModelDims::embed_scale (a folded step's: x_alt,
+// and projected = 0: runtime/schedule.h's kStartsFoldedStep).
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -18,7 +19,11 @@ struct EmbedOp : OpDefaults {
     const MatrixFormat f = matrix_format_quantized(MachineT::kFormat) ? m.p.dims.head_format : MachineT::kFormat;
     const uint8_t* row = m.matrix(m.p.embed) + size_t(token) * size_t(matrix_row_bytes(f, cols));
     const float scale = m.p.dims.embed_scale;
-    for (int i = threadIdx.x; i < cols; i += kThreads) m.p.x[i] = matrix_row_element(f, row, cols, i) * scale;
+    // A folded step (kStartsFoldedStep): x into x_alt, and zeros as the post-norm layer 0's qkv folds.
+    float* x = MachineT::kFold ? m.p.x_alt : m.p.x;
+    for (int i = threadIdx.x; i < cols; i += kThreads) x[i] = matrix_row_element(f, row, cols, i) * scale;
+    if constexpr (MachineT::kFold)
+      for (int i = threadIdx.x; i < cols; i += kThreads) m.p.projected[i] = 0.f;
   }
 #endif
 };

@@ -1,6 +1,6 @@
 // GateUp row blocks: h = act(W_gate * RMSNorm(x)) * (W_up * RMSNorm(x)), act SiLU or GELU-tanh
-// (ModelDims::act_linear, act_cubic); the gate and up rows of a
-// block stream together (two parts of one chunk).
+// (ModelDims::act_linear, act_cubic); the gate and up rows of a block stream together (two parts of one
+// chunk). x after the attention's post-norm when the block folds it (Machine::norm_prologue).
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -17,11 +17,12 @@ struct GateUpOp : OpDefaults {
     g.matrix[0] = L.w_gate, g.matrix[1] = L.w_up, g.parts = 2, g.cols = d.hidden, g.format = d.format;
     return g;
   }
-  static size_t smem_floats(const ModelDims& d, const Instr&) { return norm_gemv_floats(d); }
+  static size_t smem_floats(const ModelDims& d, const Instr& in) { return norm_gemv_floats(d, in); }
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void prestage(MachineT& m, const Instr& in) {
-    stage_norm_weight(m.f32(m.p.layers[in.layer].mlp_norm), m.p.dims.hidden, m.staged_norm());
+    const LayerOffsets& L = m.p.layers[in.layer];
+    m.stage_norm_weights(L.mlp_norm, L.post_attn_norm);  // folding: kFoldsAttentionPostNorm
   }
 
   template <class MachineT>
@@ -33,7 +34,7 @@ struct GateUpOp : OpDefaults {
     // The coefficients are read in the emit, from the parameters: held in registers across the GEMV
     // they made the long-context kernels spill.
     m.gemv(
-        in, [&] { m.norm_prologue(m.p.x); },
+        in, [&] { m.template norm_prologue<false>(in); },
         [&](uint32_t r, float g, float u) {
           const float s = m.inv_rms();
           g *= s;

@@ -29,8 +29,8 @@ struct LMHeadOp : OpDefaults {
   MK_HD_INLINE static bool active(int step, int ingest) { return step + 1 >= ingest; }
   // The products' activations; then logprob_partials' scratch (a warp of at least 32 lanes) or the
   // first digit's histogram.
-  static size_t smem_floats(const ModelDims& d, const Instr&) {
-    size_t floats = norm_gemv_floats(d);
+  static size_t smem_floats(const ModelDims& d, const Instr& in) {
+    size_t floats = norm_gemv_floats(d, in);
     if (floats < size_t(kThreads / 32) * kMaxTopLogprobs * 2) floats = size_t(kThreads / 32) * kMaxTopLogprobs * 2;
     return floats > size_t(kSampleBins) ? floats : size_t(kSampleBins);
   }
@@ -87,7 +87,8 @@ struct LMHeadOp : OpDefaults {
   template <class MachineT>
   __device__ static void prestage(MachineT& m, const Instr& in) {
     // Not on prompt steps: run() returns without waiting for the copies there.
-    if (active(int(m.step), m.p.ingest)) stage_norm_weight(m.f32(m.p.final_norm), m.p.dims.hidden, m.staged_norm());
+    // Folding: the last layer's MLP post-norm (kFoldsMlpPostNorm).
+    if (active(int(m.step), m.p.ingest)) m.stage_norm_weights(m.p.final_norm, m.p.layers[m.p.dims.layers - 1].post_mlp_norm);
   }
 
   template <class MachineT>
@@ -98,7 +99,7 @@ struct LMHeadOp : OpDefaults {
     // 0 while every logit is finite: an infinity or a NaN times 0 is NaN, and NaN stays. One FMA a row
     // and one test at the end (a test per row cost Gemma 3's 262,144-row head 0.6% of the token).
     float poison = 0.0f;
-    m.template gemv<true>(in, [&] { m.norm_prologue(m.p.x); }, [&](uint32_t r, float v, float) {
+    m.template gemv<true>(in, [&] { m.template norm_prologue<true>(in); }, [&](uint32_t r, float v, float) {
       v *= m.inv_rms();
       m.p.logits[r] = v;
       poison = fmaf(v, 0.0f, poison);

@@ -48,6 +48,11 @@ struct OpDefaults {
 // The activation area of a GEMV behind an RMSNorm (qkv, gate_up, LM head): the normalised input, then
 // the staged norm weight, hidden floats each (Machine::staged_norm), and the per-warp reduction slots.
 MK_HD_INLINE size_t norm_gemv_floats(const ModelDims& d) { return size_t(2 * d.hidden + 2 * kMaxWarps); }
+// The same for an instruction that may fold a post-norm (Instr::folds): its weight follows, hidden floats
+// (Machine::folded_post_norm).
+MK_HD_INLINE size_t norm_gemv_floats(const ModelDims& d, const Instr& in) {
+  return norm_gemv_floats(d) + (in.folds != kFoldsNoNorm ? size_t(d.hidden) : 0);
+}
 
 // The activation area of a GEMV that adds to the residual stream (o_proj, down): its input, then the
 // residual rows [begin, end) it adds to (Machine::residual_rows).

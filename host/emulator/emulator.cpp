@@ -293,6 +293,7 @@ ScheduleParams schedule_params(const Model& model, const EmulatorOptions& option
   ScheduleParams p{options.num_workgroups, options.attention_splits, false, options.sync_domains, options.h_slice_cols,
                    plan_chunk_steps(model.config, options.chunk_tokens, options.context)};
   p.attention_combine = options.attention_combine;
+  p.fold_post_norms = options.fold_post_norms;
   p.claimed_ops = options.claimed_ops;
   p.claim_late_ranks = options.claim_late_ranks;
   p.claim_shrink_percent = options.claim_shrink_percent;

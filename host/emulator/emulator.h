@@ -33,6 +33,8 @@ struct EmulatorOptions {
   int chunk_tokens = -1;
   // ScheduleParams::attention_combine: -1 the model's default, 0 in o_proj, 1 once per kv group.
   int attention_combine = -1;
+  // ScheduleParams::fold_post_norms: post-norm layers' post-norms folded into the stage after each.
+  bool fold_post_norms = true;
   // Run-time claimed rows (ScheduleParams::claimed_ops, claim_late_ranks, claim_shrink_percent; the GPU
   // kernel runs static rows).
   uint32_t claimed_ops = 0;

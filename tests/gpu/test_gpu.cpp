@@ -148,10 +148,11 @@ TEST_P(GpuVsEmulator, SixtyFourGreedyTokens) {
 // profiling and per-domain kernels on the weight stream run attention's warp path (the long-context
 // kernels; on tensor cores for Qwen3's head_dim 32 on NVIDIA), the others its tile path. The row stages:
 // one block per workgroup (no narrow stages; the other variants take the engine's plan), and every row
-// stage in 13 blocks.
+// stage in 13 blocks. Post-norm layers (Gemma 3) fold their post-norms into the stage after each, but with
+// per-domain counters and in the last variant, which run them as stages of their own.
 TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
   auto model = tiny_of(GetParam(), "gpu-emu-engines");
-  for (int variant = 0; variant < 8; ++variant) {
+  for (int variant = 0; variant < 9; ++variant) {
     GpuOptions gopt;
     gopt.context = 128;
     if (variant == 0 || variant == 3) {
@@ -181,7 +182,10 @@ TEST_P(GpuVsEmulator, OtherEngineConfigurations) {
       gopt.narrow_workgroups = 13;
       gopt.narrow_ops = op_bit(Op::QKV) | op_bit(Op::OProj) | op_bit(Op::GateUp) | op_bit(Op::Down);
     }
+    if (variant == 8) gopt.fold_post_norms = false;
     auto gpu = create_gpu_backend(*model, gopt);
+    // Per-domain counters (variants 4, 5) have no folding kernels: the engine runs the post-norm stages.
+    ASSERT_EQ(gpu->schedule().post_norms_folded, model->config.post_norms && variant != 8 && variant != 4 && variant != 5);
     if (variant == 4 || variant == 5) {
       ASSERT_GT(gpu->schedule().num_counters(), gpu->schedule().first_striped_counter);
     }

@@ -39,7 +39,7 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
         ++it->second;
       }
     }
-    const auto xn = s.rms_norm(s.read(c, s.x, size_t(j) * H, size_t(j + 1) * H), H, s.f32(s.layout.final_norm));
+    const auto xn = s.rms_norm(residual_input(s, c, in, j).data(), H, s.f32(s.layout.final_norm));
     float* out = s.write(c, s.logits, size_t(j) * V + in.begin, size_t(j) * V + in.end);
     float best = -std::numeric_limits<float>::infinity();
     int32_t best_index = int32_t(in.begin);

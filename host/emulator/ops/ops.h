@@ -41,6 +41,24 @@ inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, in
   std::copy(updated.begin(), updated.end(), s.write(c, s.x, base + in.begin, base + in.end));
 }
 
+// The residual that a qkv, gate_up or LM head block normalises, column j of the step: x from the buffer
+// that holds it (kReadsResidualAlt: x_alt); after a post-norm the instruction folds (Instr::folds),
+// x + RMSNorm(projected) with that post-norm's weight, which the stage's kWritesResidual block also writes
+// to the other buffer, as the kernel's Machine::norm_prologue does.
+inline std::vector<float> residual_input(EmulatorState& s, const OpCtx& c, const Instr& in, int j) {
+  const size_t H = size_t(s.cfg.hidden_size), base = size_t(j) * H;
+  const bool alt = in.flags & kReadsResidualAlt;
+  const float* x = s.read(c, alt ? s.x_alt : s.x, base, base + H);
+  std::vector<float> v(x, x + H);
+  if (in.folds == kFoldsNoNorm) return v;
+  const LayerOffsets& L = s.layout.layers[folded_norm_layer(in, uint32_t(s.cfg.num_layers))];
+  const auto n = s.rms_norm(s.read(c, s.projected, base, base + H), H,
+                            s.f32(in.folds == kFoldsAttentionPostNorm ? L.post_attn_norm : L.post_mlp_norm));
+  for (size_t i = 0; i < H; ++i) v[i] += n[i];
+  if (in.flags & kWritesResidual) std::copy(v.begin(), v.end(), s.write(c, alt ? s.x : s.x_alt, base, base + H));
+  return v;
+}
+
 // Runs instruction `in` of `step` on the state.
 inline void emulate(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   switch (in.op) {
