@@ -334,8 +334,11 @@ class MonokernelBackend final : public GpuBackend {
     if (req.constraint) {
       upload_constraint(req.constraint);
       p.constraint = constraint_tables_;
-      const int32_t start = req.constraint->dfa.start;
-      MK_GPU_CHECK(hipMemcpy(state_.constraint_state.ptr, &start, sizeof(start), hipMemcpyHostToDevice));
+      // The start and the first reply token's budget (runtime/constraint_budget.h), as the sample op
+      // writes them for the tokens after it.
+      const int32_t state_and_budget[2] = {req.constraint->dfa.start,
+                                           constraint::constraint_budget(p.max_new, 0, p.context, p.start + p.ingest - 1)};
+      MK_GPU_CHECK(hipMemcpy(state_.constraint_state.ptr, state_and_budget, sizeof(state_and_budget), hipMemcpyHostToDevice));
     }
   }
 
@@ -350,7 +353,7 @@ class MonokernelBackend final : public GpuBackend {
       size_t bytes;
     };
     const Piece pieces[] = {{a->masks.data(), a->masks.size() * sizeof(uint32_t)},
-                            {a->state_mask.data(), a->state_mask.size() * sizeof(int32_t)},
+                            {a->state_sets.data(), a->state_sets.size() * sizeof(int32_t)},
                             {a->state_end.data(), a->state_end.size()},
                             {a->dfa.next.data(), a->dfa.next.size() * sizeof(int32_t)},
                             {a->dfa.byte_class, sizeof(a->dfa.byte_class)},
@@ -364,7 +367,7 @@ class MonokernelBackend final : public GpuBackend {
       if (pieces[i].bytes) MK_GPU_CHECK(hipMemcpy(base + offsets[i], pieces[i].data, pieces[i].bytes, hipMemcpyHostToDevice));
     dev::ConstraintTables& t = constraint_tables_;
     t.masks = reinterpret_cast<const uint32_t*>(base + offsets[0]);
-    t.state_mask = reinterpret_cast<const int32_t*>(base + offsets[1]);
+    t.state_sets = reinterpret_cast<const int32_t*>(base + offsets[1]);
     t.state_end = base + offsets[2];
     t.next = reinterpret_cast<const int32_t*>(base + offsets[3]);
     t.byte_class = base + offsets[4];

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "runtime/constraint_budget.h"
 #include "runtime/decode_buffers.h"
 #include "runtime/sampling.h"
 #include "runtime/schedule.h"
@@ -233,11 +234,12 @@ struct HostChannel {
 inline constexpr uint32_t kProgressChunk = 0x80000000u, kProgressPrefillGate = 0xfffffffeu;
 
 // A constraint's device tables (runtime/token_automaton.h): the LM head sets each logit whose token the
-// state's set does not allow to -inf; the sample op moves the state along the sampled token's bytes
-// through the DFA and stops where the state is an end. Null masks: no constraint.
+// state's set for the budget left does not allow to -inf (runtime/constraint_budget.h); the sample op
+// moves the state along the sampled token's bytes through the DFA, stops where the state is an end, and
+// writes the next token's budget. Null masks: no constraint.
 struct ConstraintTables {
   const uint32_t* masks;          // [sets][mask_words]
-  const int32_t* state_mask;      // per DFA state, its set
+  const int32_t* state_sets;      // per DFA state, kStateSetFields: its set, its closing set, the closing budget
   const uint8_t* state_end;       // per DFA state: complete, nothing but EOS left
   const int32_t* next;            // [state * classes + class], -1 where the DFA rejects
   const uint8_t* byte_class;      // [256]

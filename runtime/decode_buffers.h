@@ -106,7 +106,7 @@ struct DecodeShapes {
   X(lm_logsumexp, float, s.columns * 2 * s.lm_head_slots, 2, "lm_head partial log-sum-exp")                         \
   X(lm_top, TokenComposite, s.columns * s.lm_head_slots * kMaxTopLogprobs, kMaxTopLogprobs, "lm_head partial top tokens") \
   X(lm_key_counts, uint32_t, s.columns * kSampleBins, 1, "lm_head counts of the logits' first digit (sampling)") \
-  X(constraint_state, int32_t, 1, 1, "constrained decoding's automaton state")                                     \
+  X(constraint_state, int32_t, 2, 1, "constrained decoding's automaton state and token budget")                   \
   X(step_spans, StepSpan, s.spans, 1, "step spans (the tokens each step runs)")                                   \
   X(history, int32_t, s.spans > 0 ? s.context : 0, 1, "token history (drafting)")                              \
   X(x_alt, float, s.post_norms ? s.columns * s.hidden : 0, 1, "x's second buffer (folded post-norms)")

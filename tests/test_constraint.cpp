@@ -1,7 +1,12 @@
 // Constrained decoding's compilers (runtime/byte_automaton, regex_syntax, json_schema, token_automaton):
-// the languages they accept, against strings written by hand; their errors, naming what they refuse.
+// the languages they accept, against strings written by hand; their errors, naming what they refuse; the
+// closing sets that end a reply within its token budget (runtime/constraint_budget.h).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
 
 #include "runtime/byte_automaton.h"
 #include "runtime/json_schema.h"
@@ -259,6 +264,106 @@ TEST(TokenAutomaton, RefusesAConstraintTheVocabularyCannotWrite) {
   const auto vocab = small_vocabulary();
   EXPECT_THAT(error_of([&] { compile_token_constraint({ConstraintSpec::Kind::Regex, "a\\u00e9"}, vocab, "--regex"); }),
               HasSubstr("--regex: the tokenizer's vocabulary cannot continue"));
+}
+
+// "ab(c|123)" over single characters and a few longer pieces, worked by hand: the bounds count single
+// characters and the longer tokens of forced runs ("ab": a then b is the only way on; "abc" and "123"
+// pass a choice, so they do not count; the end, which nothing follows, needs no EOS). After "ab", "1"
+// raises the bound from 1 to 2 (a rise of 1 + 2 - 1), so below a budget of 1 + 2 only "c" and "123"
+// remain; at the start "a" rises by 1, so below 2 + 1 only "ab" and "abc" remain.
+TEST(TokenAutomaton, ClosingSetsKeepTheReplyWithinTheBudget) {
+  const auto vocab = small_vocabulary();
+  const TokenVocabulary& v = *vocab;
+  const auto a = compile_token_constraint({ConstraintSpec::Kind::Regex, "ab(c|123)"}, vocab, "--regex");
+  ASSERT_TRUE(a->closes_within_budget);
+  const int s0 = a->dfa.start, sa = a->advance(s0, id_of(v, "a")), sab = a->advance(s0, id_of(v, "ab"));
+  const int s1 = a->advance(sab, id_of(v, "1")), end = a->advance(sab, id_of(v, "c"));
+  EXPECT_EQ(a->completion_bound[size_t(s0)], 2);
+  EXPECT_EQ(a->completion_bound[size_t(sa)], 2);
+  EXPECT_EQ(a->completion_bound[size_t(sab)], 1);
+  EXPECT_EQ(a->completion_bound[size_t(s1)], 2);
+  EXPECT_EQ(a->completion_bound[size_t(end)], 0);
+  for (const int budget : {1, 2}) {
+    EXPECT_TRUE(a->allowed(sab, budget, id_of(v, "c"))) << budget;
+    EXPECT_TRUE(a->allowed(sab, budget, id_of(v, "123"))) << budget;
+    EXPECT_FALSE(a->allowed(sab, budget, id_of(v, "1"))) << budget;
+    std::vector<int32_t> at_start;
+    for (int32_t t = 0; t < v.size(); ++t)
+      if (a->allowed(s0, budget, t)) at_start.push_back(t);
+    EXPECT_THAT(at_start, ::testing::ElementsAre(id_of(v, "ab"), id_of(v, "abc"))) << budget;
+  }
+  for (const int budget : {3, 4, 100}) {
+    EXPECT_TRUE(a->allowed(sab, budget, id_of(v, "1"))) << budget;
+    for (int32_t t = 0; t < v.size(); ++t) EXPECT_EQ(a->allowed(s0, budget, t), a->allowed(s0, t)) << budget << ", " << t;
+  }
+}
+
+// "x(ab)*y" over x, xa, ba, ab and y: after "xa" only "ba" fits, forever, so no tokens complete the
+// constraint from there; the closing sets then never apply.
+TEST(TokenAutomaton, NoClosingSetsWhereTokensCannotComplete) {
+  const auto vocab = std::make_shared<TokenVocabulary>(std::vector<std::string>{"", "x", "xa", "ba", "ab", "y"}, std::vector<int32_t>{0});
+  const auto a = compile_token_constraint({ConstraintSpec::Kind::Regex, "x(ab)*y"}, vocab, "--regex");
+  EXPECT_FALSE(a->closes_within_budget);
+  const int stuck = a->advance(a->dfa.start, 2);
+  EXPECT_EQ(a->completion_bound[size_t(stuck)], TokenAutomaton::kNoBound);
+  EXPECT_EQ(a->completion_bound[size_t(a->dfa.start)], 2);  // x, y
+  for (const int budget : {1, 2, 50}) EXPECT_TRUE(a->allowed(a->dfa.start, budget, 2)) << budget;
+}
+
+// Replies drawn at random, each token uniformly among those the state's set for the budget left allows
+// (the worst case for ending: a model that never means to close), with budgets from the start's bound up:
+// every one ends (EOS, or a state with nothing left) within its budget, and its text is in the language,
+// checked by std::regex or by nlohmann's JSON parser.
+TEST(TokenAutomaton, RandomRepliesEndWithinTheirBudget) {
+  const auto vocab = small_vocabulary();
+  const TokenVocabulary& v = *vocab;
+  struct Case {
+    ConstraintSpec spec;
+    bool json;
+  };
+  const Case cases[] = {
+      {{ConstraintSpec::Kind::Regex, "(ab|c)*d(a|b){2,5}"}, false},
+      {{ConstraintSpec::Kind::Regex, "[a-z]{3,}@[a-z]+\\.(com|org)( [0-9]+)*"}, false},
+      {{ConstraintSpec::Kind::JsonObject, ""}, true},
+      {{ConstraintSpec::Kind::JsonSchema,
+        R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"},
+           "minItems": 2}, "n": {"type": "integer"}, "more": {"type": "array", "items": {"type": "object", "properties":
+           {"x": {"type": "number"}}, "required": ["x"], "additionalProperties": false}}}, "required": ["name", "tags"],
+           "additionalProperties": false})"},
+       true},
+  };
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    const auto a = compile_token_constraint(c.spec, vocab, "test");
+    ASSERT_TRUE(a->closes_within_budget) << c.spec.text;
+    const int32_t start_bound = a->completion_bound[size_t(a->dfa.start)];
+    for (int reply = 0; reply < 200; ++reply) {
+      const int32_t budget = start_bound + int32_t(rng() % 30);
+      int state = a->dfa.start;
+      std::string text;
+      bool ended = false;
+      int32_t used = 0;
+      std::vector<int32_t> choices;
+      while (!ended && used < budget) {
+        choices.clear();
+        for (int32_t t = 0; t < v.size(); ++t)
+          if (a->allowed(state, budget - used, t)) choices.push_back(t);
+        ASSERT_FALSE(choices.empty()) << c.spec.text << ": " << text;
+        const int32_t t = choices[rng() % choices.size()];
+        ++used;
+        if (t == 0) {
+          ended = true;
+        } else {
+          text += v.bytes(t);
+          state = a->advance(state, t);
+          ended = a->state_end[size_t(state)] != 0;
+        }
+      }
+      ASSERT_TRUE(ended) << c.spec.text << ": budget " << budget << ", cut: " << text;
+      if (c.json) EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+      else EXPECT_TRUE(std::regex_match(text, std::regex(c.spec.text))) << c.spec.text << ": " << text;
+    }
+  }
 }
 
 }  // namespace

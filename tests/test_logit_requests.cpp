@@ -2,6 +2,7 @@
 // log-probabilities of the sampled tokens, on the emulator: against the fp32 reference's logits with
 // OpenAI's definitions applied here, independently of runtime/sampling.cpp.
 #include <gmock/gmock.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,10 +66,11 @@ void expect_logprobs_match_reference(const Model& model, int context, const std:
     for (const auto& [token, bias] : req.adjust.bias) adjusted[size_t(token)] += bias;
     for (const auto& [token, c] : counts)
       adjusted[size_t(token)] -= c * double(req.adjust.frequency_penalty) + double(req.adjust.presence_penalty);
-    if (state >= 0) {
+    if (state >= 0) {  // the set for the tokens left (docs/structured_output.md), this one included
+      const int32_t budget = constraint::constraint_budget(req.max_new_tokens, int32_t(i), context, int32_t(prompt.size() - 1 + i));
       for (size_t t = 0; t < adjusted.size(); ++t)
-        if (!req.constraint->allowed(state, int32_t(t))) adjusted[t] = -INFINITY;
-      ASSERT_TRUE(req.constraint->allowed(state, g.tokens[i])) << "token " << i;
+        if (!req.constraint->allowed(state, budget, int32_t(t))) adjusted[t] = -INFINITY;
+      ASSERT_TRUE(req.constraint->allowed(state, budget, g.tokens[i])) << "token " << i;
       if (i + 1 < g.tokens.size()) state = req.constraint->advance(state, g.tokens[i]);
     }
     const std::vector<double> lp = log_softmax(adjusted);
@@ -205,6 +207,53 @@ TEST_F(LogitRequests, AConstraintMasksBeforeTheLogprobsAndTheDrawAndEndsWhereItI
       Emulator fresh(*eos_model, opt);
       EXPECT_EQ(generate(emu, plain).tokens, generate(fresh, plain).tokens);
     }
+}
+
+// A regex with no length bound ("(ab|c)*", and "(a|b){2,}" before an EOS) under budgets from its shortest
+// sure reply (d, a, b and EOS: 4 tokens) up: every reply ends complete (EOS where the regex accepts) within
+// max_new_tokens, whatever the temperature, and the log-probabilities are those of the reference masked
+// with the closing sets where the budget is low. Where the budget is no longer binding (64), some reply
+// runs past the short budgets: the closing sets, not the model, end the short ones.
+TEST_F(LogitRequests, AConstrainedReplyEndsWithinItsBudget) {
+  TinyModelSpec spec;
+  spec.eos = {2};
+  spec.weight_scale = 0.05f;
+  const auto eos_model = test::load_tiny_model(spec, "logit-requests-eos");
+  const std::string re = "(ab|c)*d(a|b){2,}";
+  const auto automaton = constraint::compile_token_constraint({constraint::ConstraintSpec::Kind::Regex, re}, abcd_vocabulary(), "--regex");
+  ASSERT_TRUE(automaton->closes_within_budget);
+  ASSERT_EQ(automaton->completion_bound[size_t(automaton->dfa.start)], 4);
+  size_t longest_unbound = 0;
+  for (const int max_new : {4, 5, 7, 12, 64})
+    for (const float temperature : {0.0f, 0.9f, 1.5f})
+      for (const uint64_t seed : {1, 2}) {
+        Emulator emu(*eos_model, opt);
+        GenerateRequest req;
+        req.input = prompt;
+        req.max_new_tokens = max_new;
+        req.sampling = SamplingParams{temperature, 0, 1.0f, 0.0f, seed};
+        req.top_logprobs = 5;
+        req.constraint = automaton;
+        Generated g;
+        req.on_logprobs = [&](const TokenLogprobs& r) { g.logprobs.push_back(r); };
+        const GenerateResult r = emu.generate(req, {});
+        g.tokens = r.tokens;
+        const std::string what = fmt::format("max_new {}, T {}, seed {}", max_new, temperature, seed);
+        if (max_new == 64) {
+          longest_unbound = std::max(longest_unbound, g.tokens.size());
+          continue;
+        }
+        expect_logprobs_match_reference(*eos_model, opt.context, prompt, req, g, 1e-3);
+        EXPECT_EQ(r.stop, StopReason::Eos) << what;
+        EXPECT_LE(g.tokens.size(), size_t(max_new)) << what;
+        ASSERT_FALSE(g.tokens.empty()) << what;
+        EXPECT_EQ(g.tokens.back(), 2) << what;  // the regex never ends by itself: an EOS ends it
+        std::string text;
+        for (const int32_t t : g.tokens)
+          if (t != 2) text += automaton->vocabulary->bytes(t);
+        EXPECT_TRUE(std::regex_match(text, std::regex(re))) << what << ": " << text;
+      }
+  EXPECT_GT(longest_unbound, 12u);
 }
 
 TEST_F(LogitRequests, AConstraintForAnotherVocabularyIsRefused) {

@@ -272,7 +272,8 @@ TEST(Speculation, StopsApplyToEachKeptToken) {
 
 // Logit bias, frequency and presence penalties and a constraint move with every kept token: a column
 // after drafts sees them as they will be once the drafts are kept, so speculative replies are the
-// one-token steps' replies and logits, bit for bit, greedy and sampled, with each and with all of them.
+// one-token steps' replies and logits, bit for bit, greedy and sampled, with each and with all of them;
+// with a budget that leaves the constraint room (48) and one that makes its closing sets apply (9).
 TEST(Speculation, LogitAdjustmentsAndConstraintsKeepTheReply) {
   TinyModelSpec spec;
   spec.eos = {2};
@@ -285,30 +286,32 @@ TEST(Speculation, LogitAdjustmentsAndConstraintsKeepTheReply) {
       constraint::compile_token_constraint({constraint::ConstraintSpec::Kind::Regex, "(abcd){1,30}"}, vocabulary, "--regex");
   int drafted = 0, kept = 0;
   for (int what = 0; what < 3; ++what)
-    for (const float temperature : {0.0f, 0.8f}) {
-      SCOPED_TRACE(fmt::format("{}, T {}", what == 0 ? "adjustments" : what == 1 ? "constraint" : "both", temperature));
-      GenerateRequest req;
-      req.input = repetitive_prompt(model->config.vocab_size, 2);
-      req.max_new_tokens = 48;
-      req.sampling = SamplingParams{temperature, 0, 1.0f, 0.0f, 5};
-      if (what != 1) {
-        req.adjust.bias = {{17, 2.5f}, {40, -1.0f}, {101, 1.5f}};
-        req.adjust.frequency_penalty = 0.04f;
-        req.adjust.presence_penalty = 0.03f;
+    for (const float temperature : {0.0f, 0.8f})
+      for (const int max_new : {48, 9}) {
+        SCOPED_TRACE(fmt::format("{}, T {}, max_new {}", what == 0 ? "adjustments" : what == 1 ? "constraint" : "both", temperature,
+                                 max_new));
+        GenerateRequest req;
+        req.input = repetitive_prompt(model->config.vocab_size, 2);
+        req.max_new_tokens = max_new;
+        req.sampling = SamplingParams{temperature, 0, 1.0f, 0.0f, 5};
+        if (what != 1) {
+          req.adjust.bias = {{17, 2.5f}, {40, -1.0f}, {101, 1.5f}};
+          req.adjust.frequency_penalty = 0.04f;
+          req.adjust.presence_penalty = 0.03f;
+        }
+        if (what != 0) req.constraint = automaton;
+        Emulator one(*model, options(1, 128));
+        const GenerateResult base = one.generate(req, {});
+        EmulatorOptions opt = options(6, 128);
+        opt.speculation.drafter = Drafter::Lookup;
+        Emulator emu(*model, opt);
+        const GenerateResult r = emu.generate(req, {});
+        EXPECT_EQ(r.tokens, base.tokens);
+        EXPECT_EQ(r.stop, base.stop);
+        EXPECT_EQ(emu.recorded_logits(), one.recorded_logits());
+        EXPECT_EQ(emu.position(), one.position());
+        drafted += r.stats.drafted_tokens, kept += r.stats.accepted_tokens;
       }
-      if (what != 0) req.constraint = automaton;
-      Emulator one(*model, options(1, 128));
-      const GenerateResult base = one.generate(req, {});
-      EmulatorOptions opt = options(6, 128);
-      opt.speculation.drafter = Drafter::Lookup;
-      Emulator emu(*model, opt);
-      const GenerateResult r = emu.generate(req, {});
-      EXPECT_EQ(r.tokens, base.tokens);
-      EXPECT_EQ(r.stop, base.stop);
-      EXPECT_EQ(emu.recorded_logits(), one.recorded_logits());
-      EXPECT_EQ(emu.position(), one.position());
-      drafted += r.stats.drafted_tokens, kept += r.stats.accepted_tokens;
-    }
   std::printf("note: %d drafts, %d kept\n", drafted, kept);
   EXPECT_GT(kept, 0);
   EXPECT_LT(kept, drafted);

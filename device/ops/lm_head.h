@@ -57,9 +57,11 @@ struct LMHeadOp : OpDefaults {
     return b;
   }
 
-  // The token set of the constraint's state (the sample op of the step before wrote the state).
-  __device__ static const uint32_t* allowed_tokens(const ConstraintTables& c, const int32_t* state) {
-    return c.masks + size_t(c.state_mask[load_fresh(state)]) * size_t(c.mask_words);
+  // The token set of the constraint's state for the budget left (the sample op of the step before, or the
+  // host, wrote both).
+  __device__ static const uint32_t* allowed_tokens(const ConstraintTables& c, const int32_t* state_and_budget) {
+    const int32_t set = constraint::constraint_set(c.state_sets, load_fresh(state_and_budget), load_fresh(state_and_budget + 1));
+    return c.masks + size_t(set) * size_t(c.mask_words);
   }
 
   // What the sample op merges from the blocks, each part where asked for: with log-probabilities (`lse`

@@ -223,8 +223,10 @@ struct SampleOp : OpDefaults {
         bool eos = false;
         for (int e = 0; e < m.p.num_eos; ++e) eos |= m.p.eos[e] == token;
         const ConstraintTables& c = m.p.constraint;
-        if (!eos && c.masks)  // a complete constraint ends the reply as an EOS would
+        if (!eos && c.masks) {  // a complete constraint ends the reply as an EOS would
           eos = advance_constraint(c.next, c.byte_class, c.token_bytes, c.token_offsets, c.state_end, c.classes, m.p.constraint_state, token);
+          m.p.constraint_state[1] = constraint::constraint_budget(m.p.max_new, k, m.p.context, m.p.start + int(m.step) + 1);
+        }
         if (eos) stop = StopReason::Eos;
         else if (k >= m.p.max_new) stop = StopReason::MaxTokens;
         else if (load_acquire_system(const_cast<const unsigned*>(m.p.cancel)) != 0) stop = StopReason::Cancelled;

@@ -259,7 +259,9 @@ struct Emulator::Impl : emu::EmulatorState {
     run.top_logprobs = std::min(req.top_logprobs, cfg.vocab_size);
     run.on_token = &on_token;
     run.constraint = req.constraint.get();
-    if (run.constraint) constraint_state.data.assign(1, run.constraint->dfa.start);  // as the GPU backend uploads it
+    if (run.constraint)  // as the GPU backend uploads them: the start and the first reply token's budget
+      constraint_state.data = {run.constraint->dfa.start,
+                               constraint::constraint_budget(run.max_new, 0, opt.context, run.start + run.ingest - 1)};
     run.t0 = std::chrono::steady_clock::now();
     const size_t steps = size_t(opt.context - run.start);  // at most one step per free cache slot
     tokens.data.assign(steps + 1, -1);

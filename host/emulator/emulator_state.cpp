@@ -77,11 +77,11 @@ void EmulatorState::check_memory() const {
 
 // Non-finite logits (NaN from a NaN or overflow anywhere upstream) would make greedy decoding emit token 0
 // forever and sampling pick garbage; stop and say where instead.
-void EmulatorState::check_finite(const float* l, int at, int state) const {
+void EmulatorState::check_finite(const float* l, int at, int32_t constraint_set) const {
   const size_t n = size_t(cfg.vocab_size);
   size_t bad = 0, first = n;
   for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(l[i]) && (state < 0 || run.constraint->allowed(state, int32_t(i)))) {
+    if (!std::isfinite(l[i]) && (constraint_set < 0 || run.constraint->set_allows(constraint_set, int32_t(i)))) {
       if (bad++ == 0) first = i;
     }
   if (bad == 0) return;

@@ -186,7 +186,7 @@ struct EmulatorState {
   void check_memory() const;
   // Stops the launch with an error naming the position when the logits (of one column) hold NaN or infinity
   // (with a constraint, in state `state` >= 0: among the tokens it allows; the others are -inf by design).
-  void check_finite(const float* logits, int at, int state = -1) const;
+  void check_finite(const float* logits, int at, int32_t constraint_set = -1) const;
 
   // ---- weights ----
   // The format of the matrix at `offset`: the head's (embedding, LM head) or the layers'.

@@ -218,9 +218,15 @@ int run(int argc, char** argv) {
     if (!tokenizer) mk::cli::usage_error("{} needs the model's tokenizer.json (-m with a tokenizer)", mk::cli::constraint_flag_name(constraint_flags));
     constraint = mk::cli::compile_constraint_flags(constraint_flags, spec, *tokenizer, model->config.vocab_size,
                                                    model->config.eos_token_ids);
+    const int32_t bound = constraint->completion_bound[size_t(constraint->dfa.start)];
     if (!quiet)
-      fmt::print(stderr, "{}: {} automaton states, {:.2f} MiB of tables\n", mk::cli::constraint_flag_name(constraint_flags),
-                 constraint->token_states(), double(constraint->device_bytes()) / double(1 << 20));
+      fmt::print(stderr, "{}: {} automaton states, {:.2f} MiB of tables; a reply ends complete within {} tokens\n",
+                 mk::cli::constraint_flag_name(constraint_flags), constraint->token_states(),
+                 double(constraint->device_bytes()) / double(1 << 20),
+                 constraint->closes_within_budget ? fmt::to_string(bound) : std::string("no known number of"));
+    if (constraint->closes_within_budget && n < bound)
+      fmt::print(stderr, "warning: -n {} may cut the reply short of the constraint: it is sure to end complete with -n {} "
+                 "or more (docs/structured_output.md)\n", n, bound);
   }
   const mk::ContextChoice chosen = mk::choose_context(context, model->config.max_position);
   if (!chosen.warning.empty()) fmt::print(stderr, "warning: {}\n", chosen.warning);

@@ -717,75 +717,84 @@ TEST(Gpu, LogprobsBiasAndPenaltiesMatchTheEmulator) {
 }
 
 // A constraint (runtime/token_automaton.h) on the GPU: every token and every listed alternative is one the
-// state allows (the states walked here on the host), a reply that ends by the constraint matches the
-// regex whole (std::regex), and the tokens, records and stop are the emulator's while the two agree;
-// over a vocabulary of 160 tokens (one LM head block) and of 50,000 (many blocks, a mask word per 32).
+// state allows with the budget left (the states walked here on the host), a reply that ends by the
+// constraint matches the regex whole (std::regex), and the tokens, records and stop are the emulator's
+// while the two agree; over a vocabulary of 160 tokens (one LM head block) and of 50,000 (many blocks, a
+// mask word per 32). A regex of bounded length with room to spare, and one of unbounded length whose
+// budget of 6 tokens the closing sets must keep (docs/structured_output.md): it still ends with EOS.
 TEST(Gpu, AConstraintMasksAndEndsAsOnTheEmulator) {
-  const std::string re = "(ab|c){0,6}d(a|b){2,5}";
-  for (const int vocab : {160, 50000}) {
-    TinyModelSpec spec;
-    spec.eos = {2};
-    spec.vocab = vocab;
-    spec.weight_scale = 0.05f;
-    auto model = load_tiny_model(spec, "gpu-constraint-" + std::to_string(vocab));
-    const char* pieces[] = {"a", "b", "c", "d", "ab", "ba", "cd", "dab", "abc", "bb", "ca", "dd", "aab"};
-    std::vector<std::string> bytes(static_cast<size_t>(vocab));
-    for (size_t t = 3; t < bytes.size(); ++t) bytes[t] = pieces[(t * 7919) % std::size(pieces)];
-    const auto automaton = constraint::compile_token_constraint(
-        {constraint::ConstraintSpec::Kind::Regex, re}, std::make_shared<constraint::TokenVocabulary>(bytes, std::vector<int32_t>{2}), "--regex");
-    GpuOptions gopt;
-    gopt.context = 128;
-    auto gpu = create_gpu_backend(*model, gopt);
-    auto emulator = emulator_of(*model, *gpu, 128);
-    for (const SamplingParams& sampling : {SamplingParams{}, SamplingParams{0.9f, 0, 1.0f, 0.0f, 31}, SamplingParams{1.2f, 5, 0.9f, 0.0f, 32}}) {
-      const std::string what = fmt::format("vocab {}, T {}", vocab, sampling.temperature);
-      std::vector<TokenLogprobs> g_records, e_records;
-      StopReason g_stop, e_stop;
-      const auto generate = [&](DecodeBackend& b, std::vector<TokenLogprobs>& records, StopReason& stop) {
-        b.reset();
-        GenerateRequest req;
-        req.input = {1, 5, 9, 33};
-        req.max_new_tokens = 40;
-        req.sampling = sampling;
-        req.top_logprobs = 20;
-        req.on_logprobs = [&](const TokenLogprobs& r) { records.push_back(r); };
-        req.constraint = automaton;
-        const GenerateResult r = b.generate(req, {});
-        stop = r.stop;
-        return r.tokens;
-      };
-      const auto g = generate(*gpu, g_records, g_stop), e = generate(*emulator, e_records, e_stop);
-      ASSERT_EQ(g_records.size(), g.size()) << what;
-      int state = automaton->dfa.start;
-      std::string text;
-      for (size_t i = 0; i < g.size(); ++i) {
-        ASSERT_TRUE(automaton->allowed(state, g[i])) << what << ", token " << i;
-        for (int k = 0; k < g_records[i].top_count; ++k)
-          EXPECT_TRUE(automaton->allowed(state, g_records[i].top_ids[k])) << what << ", token " << i << ", alternative " << k;
-        if (g[i] == 2) break;
-        text += automaton->vocabulary->bytes(g[i]);
-        state = automaton->advance(state, g[i]);
+  struct Case {
+    std::string re;
+    int max_new;
+  };
+  for (const Case& c : {Case{"(ab|c){0,6}d(a|b){2,5}", 40}, Case{"(ab|c)*d(a|b){2,}", 6}})
+    for (const int vocab : {160, 50000}) {
+      const std::string& re = c.re;
+      TinyModelSpec spec;
+      spec.eos = {2};
+      spec.vocab = vocab;
+      spec.weight_scale = 0.05f;
+      auto model = load_tiny_model(spec, "gpu-constraint-" + std::to_string(vocab));
+      const char* pieces[] = {"a", "b", "c", "d", "ab", "ba", "cd", "dab", "abc", "bb", "ca", "dd", "aab"};
+      std::vector<std::string> bytes(static_cast<size_t>(vocab));
+      for (size_t t = 3; t < bytes.size(); ++t) bytes[t] = pieces[(t * 7919) % std::size(pieces)];
+      const auto automaton = constraint::compile_token_constraint(
+          {constraint::ConstraintSpec::Kind::Regex, re}, std::make_shared<constraint::TokenVocabulary>(bytes, std::vector<int32_t>{2}), "--regex");
+      GpuOptions gopt;
+      gopt.context = 128;
+      auto gpu = create_gpu_backend(*model, gopt);
+      auto emulator = emulator_of(*model, *gpu, 128);
+      for (const SamplingParams& sampling : {SamplingParams{}, SamplingParams{0.9f, 0, 1.0f, 0.0f, 31}, SamplingParams{1.2f, 5, 0.9f, 0.0f, 32}}) {
+        const std::string what = fmt::format("{}, max_new {}, vocab {}, T {}", re, c.max_new, vocab, sampling.temperature);
+        std::vector<TokenLogprobs> g_records, e_records;
+        StopReason g_stop, e_stop;
+        const auto generate = [&](DecodeBackend& b, std::vector<TokenLogprobs>& records, StopReason& stop) {
+          b.reset();
+          GenerateRequest req;
+          req.input = {1, 5, 9, 33};
+          req.max_new_tokens = c.max_new;
+          req.sampling = sampling;
+          req.top_logprobs = 20;
+          req.on_logprobs = [&](const TokenLogprobs& r) { records.push_back(r); };
+          req.constraint = automaton;
+          const GenerateResult r = b.generate(req, {});
+          stop = r.stop;
+          return r.tokens;
+        };
+        const auto g = generate(*gpu, g_records, g_stop), e = generate(*emulator, e_records, e_stop);
+        ASSERT_EQ(g_records.size(), g.size()) << what;
+        int state = automaton->dfa.start;
+        std::string text;
+        for (size_t i = 0; i < g.size(); ++i) {  // each token's set for the tokens left (4-token prompt, 40 new)
+          const int32_t budget = constraint::constraint_budget(c.max_new, int32_t(i), 128, 3 + int32_t(i));
+          ASSERT_TRUE(automaton->allowed(state, budget, g[i])) << what << ", token " << i;
+          for (int k = 0; k < g_records[i].top_count; ++k)
+            EXPECT_TRUE(automaton->allowed(state, budget, g_records[i].top_ids[k])) << what << ", token " << i << ", alternative " << k;
+          if (g[i] == 2) break;
+          text += automaton->vocabulary->bytes(g[i]);
+          state = automaton->advance(state, g[i]);
+        }
+        EXPECT_EQ(g_stop, StopReason::Eos) << what << ": " << text;
+        EXPECT_LE(g.size(), size_t(c.max_new)) << what;
+        EXPECT_TRUE(std::regex_match(text, std::regex(re))) << what << ": " << text;
+        size_t same = 0;
+        while (same < g.size() && same < e.size() && g[same] == e[same]) ++same;
+        EXPECT_GE(same, sampling.greedy() ? g.size() : std::min<size_t>(4, g.size())) << what;
+        if (same == g.size() && same == e.size()) {
+          EXPECT_EQ(g_stop, e_stop) << what;
+        }
+        for (size_t i = 0; i < same; ++i) {
+          EXPECT_NEAR(g_records[i].logprob, e_records[i].logprob, 2e-3) << what << ", token " << i;
+          EXPECT_EQ(g_records[i].top_count, e_records[i].top_count) << what << ", token " << i;
+        }
+        std::printf("%s: \"%s\" (%zu tokens, %s); the emulator agrees on %zu\n", what.c_str(), text.c_str(), g.size(),
+                    stop_reason_name(g_stop), same);
       }
-      EXPECT_EQ(g_stop, StopReason::Eos) << what << ": " << text;
-      EXPECT_TRUE(std::regex_match(text, std::regex(re))) << what << ": " << text;
-      size_t same = 0;
-      while (same < g.size() && same < e.size() && g[same] == e[same]) ++same;
-      EXPECT_GE(same, sampling.greedy() ? g.size() : std::min<size_t>(4, g.size())) << what;
-      if (same == g.size() && same == e.size()) {
-        EXPECT_EQ(g_stop, e_stop) << what;
-      }
-      for (size_t i = 0; i < same; ++i) {
-        EXPECT_NEAR(g_records[i].logprob, e_records[i].logprob, 2e-3) << what << ", token " << i;
-        EXPECT_EQ(g_records[i].top_count, e_records[i].top_count) << what << ", token " << i;
-      }
-      std::printf("%s: \"%s\" (%zu tokens, %s); the emulator agrees on %zu\n", what.c_str(), text.c_str(), g.size(),
-                  stop_reason_name(g_stop), same);
+      // The next request without a constraint is as if none had come before.
+      gpu->reset();
+      emulator->reset();
+      EXPECT_EQ(run(*gpu, {1, 5, 9, 33}, 12).tokens, run(*emulator, {1, 5, 9, 33}, 12).tokens);
     }
-    // The next request without a constraint is as if none had come before.
-    gpu->reset();
-    emulator->reset();
-    EXPECT_EQ(run(*gpu, {1, 5, 9, 33}, 12).tokens, run(*emulator, {1, 5, 9, 33}, 12).tokens);
-  }
 }
 
 TEST(Gpu, StopsCancelsAndRejectsCleanly) {

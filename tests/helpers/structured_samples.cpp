@@ -1,10 +1,11 @@
 // mk-structured-samples: one constrained generation per schema of a schemas file (tests/constraint/
-// schemas.jsonl), through the engine on the CPU emulator, written one JSON object a line:
+// schemas.jsonl), through the engine on the CPU emulator (or the GPU: --backend gpu), written one JSON
+// object a line:
 //   {"name", "text", "stop", "tokens"} or {"name", "refused": the error}
 // tests/server/structured_output_validity.mjs then checks each text against its schema with ajv (an outside
 // validator). The prompt: a few short Python dicts, then "c = " (the shipped model writes Python).
 //   mk-structured-samples --model DIR --schemas FILE --out FILE [--temperature 0.8] [--max-tokens 400]
-//                         [--prompt TEXT] [--workgroups N] [--shard I/N]
+//                         [--prompt TEXT] [--workgroups N] [--shard I/N] [--backend emulator|gpu]
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   std::string prompt_text = "a = {\"x\": \"ok\", \"y\": \"no\"}\nb = {\"name\": \"ab\", \"n\": 2, \"tags\": [\"x\", \"y\"]}\nc = ";
   int workgroups = EngineOptions{}.emulator_workgroups;
   int shard = 0, shards = 1;  // --shard I/N: the schemas whose line index is I mod N
+  BackendChoice backend = BackendChoice::Emulator;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
@@ -32,12 +34,13 @@ int main(int argc, char** argv) {
     else if (a == "--max-tokens") max_tokens = std::stoi(v);
     else if (a == "--prompt") prompt_text = v;
     else if (a == "--workgroups") workgroups = std::stoi(v);
+    else if (a == "--backend" && (v == "emulator" || v == "gpu")) backend = v == "gpu" ? BackendChoice::Gpu : BackendChoice::Emulator;
     else if (a == "--shard") {
       shard = std::stoi(v.substr(0, v.find('/')));
       shards = std::stoi(v.substr(v.find('/') + 1));
     }
     else {
-      std::cerr << "mk-structured-samples: unknown argument " << a << "\n";
+      std::cerr << "mk-structured-samples: unknown argument " << a << " " << v << "\n";
       return 2;
     }
   }
@@ -47,7 +50,7 @@ int main(int argc, char** argv) {
   }
   try {
     EngineOptions options;
-    options.backend = BackendChoice::Emulator;
+    options.backend = backend;
     options.emulator_workgroups = workgroups;
     auto engine = Engine::open(model, options);
     auto session = engine->create_session();

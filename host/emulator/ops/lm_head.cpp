@@ -20,7 +20,12 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
     const float* a = s.read(c, s.logit_adjust, in.begin, in.end);
     adjust.assign(a, a + rows);
   }
-  int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
+  // The constraint's state and the budget left for the first column's token (runtime/constraint_budget.h).
+  int state = -1, budget = 0;
+  if (s.run.constraint) {
+    const int32_t* cs = s.read(c, s.constraint_state, 0, 2);
+    state = cs[0], budget = cs[1];
+  }
   bool reachable = true;  // false past a draft the constraint does not allow: no kept token leads there
   const int j0 = first_sampling_column(span, s.run.ingest);
   std::vector<std::pair<int32_t, uint32_t>> counted;  // drafted tokens so far and their counts then
@@ -28,8 +33,8 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
     if (j > j0) {  // the drafted token column j ran on, kept before column j's token
       const int32_t d = *s.read(c, s.tokens, size_t(span.index + j), size_t(span.index + j + 1));
       if (state >= 0 && reachable) {
-        if (s.is_eos(d) || !s.run.constraint->allowed(state, d)) reachable = false;
-        else state = s.run.constraint->advance(state, d);
+        if (s.is_eos(d) || !s.run.constraint->allowed(state, budget, d)) reachable = false;
+        else state = s.run.constraint->advance(state, d), --budget;
       }
       if (adjusting) {
         auto it = std::find_if(counted.begin(), counted.end(), [&](const auto& e) { return e.first == d; });
@@ -46,7 +51,7 @@ void emulate_lm_head(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t
     for (uint32_t r = in.begin; r < in.end; ++r) {
       out[r - in.begin] = s.dot_row(s.layout.lm_head, r, H, xn.data());
       if (adjusting) out[r - in.begin] += adjust[r - in.begin];
-      if (state >= 0 && (!reachable || !s.run.constraint->allowed(state, int32_t(r)))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
+      if (state >= 0 && (!reachable || !s.run.constraint->allowed(state, budget, int32_t(r)))) out[r - in.begin] = -std::numeric_limits<float>::infinity();
       if (out[r - in.begin] > best) best = out[r - in.begin], best_index = int32_t(r);
     }
     const size_t slot = size_t(j) * slots + in.slot;  // this block's partials of column j

@@ -65,13 +65,16 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
   int32_t next_index = span.index + span.count;  // past the tokens the step ran, unless a column's token differs
   if (span.index + span.count >= s.run.ingest && s.run.max_new > 0) {
     int state = s.run.constraint ? *s.read(c, s.constraint_state, 0, 1) : -1;
+    auto& r = s.run.result;
     for (int j = first_sampling_column(span, s.run.ingest); j < span.count && stop == StopReason::None; ++j) {
       const int position = s.run.start + span.index + j;
       const float* l = s.read(c, s.logits, size_t(j) * V, size_t(j + 1) * V);
-      s.check_finite(l, position, state);
+      // The budget the LM head masked this column's logits for (the tokens left, this one included).
+      const int32_t budget = constraint::constraint_budget(s.run.max_new, int32_t(r.tokens.size()), s.opt.context, position);
+      const int32_t set = state >= 0 ? constraint::constraint_set(s.run.constraint->state_sets.data(), state, budget) : -1;
+      s.check_finite(l, position, set);
       const int32_t token = sample_column(s, c, step, j, l, position);
       if (s.opt.record_logits) s.recorded.emplace_back(l, l + V);
-      auto& r = s.run.result;
       if (r.tokens.empty())
         r.stats.first_token_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.run.t0).count();
       r.tokens.push_back(token);
@@ -92,9 +95,12 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
       if (*s.run.on_token) (*s.run.on_token)(token);
       bool eos = s.is_eos(token);
       if (state >= 0 && !eos) {  // the constraint's state moved along the token's bytes; complete: the end
-        if (!s.run.constraint->allowed(state, token)) fail("step {}: token {} is not allowed in constraint state {}", step, token, state);
+        if (!s.run.constraint->set_allows(set, token))
+          fail("step {}: token {} is not allowed in constraint state {} with {} tokens left", step, token, state, budget);
         state = s.run.constraint->advance(state, token);
-        *s.write(c, s.constraint_state, 0, 1) = state;
+        int32_t* cs = s.write(c, s.constraint_state, 0, 2);
+        cs[0] = state;
+        cs[1] = constraint::constraint_budget(s.run.max_new, int32_t(r.tokens.size()), s.opt.context, position + 1);
         eos = s.run.constraint->state_end[size_t(state)] != 0;
       }
       if (eos) stop = StopReason::Eos;
