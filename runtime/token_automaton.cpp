@@ -144,25 +144,31 @@ std::vector<int32_t> completion_bounds(const ByteDfa& dfa, const TokenVocabulary
     goes_on[s] = classes > 0;
     if (classes == 1 && class_bytes[size_t(only)] == 1) forced[s] = class_byte[size_t(only)];
   }
-  // Tokens whose first byte may be any and the rest a forced run. A node's children are found by skipping
-  // subtrees.
+  // Tokens whose first byte may be any and the rest a forced run: only where the first byte leads to a
+  // state with one byte to go on with (into a property's name, a literal's letters), and not where it
+  // stays in its state (inside a string). A node's children are found by skipping subtrees.
+  std::vector<std::vector<size_t>> class_roots(k);  // the root's children of each class's bytes
+  for (size_t c = 1; c < tr.byte.size(); c = tr.subtree_end[c]) class_roots[dfa.byte_class[tr.byte[c]]].push_back(c);
   for (size_t s = 0; s < n; ++s)
-    for (size_t first = 1; first < tr.byte.size(); first = tr.subtree_end[first]) {  // any first byte, then forced
-      int cur = dfa.next[s * k + dfa.byte_class[tr.byte[first]]];
-      if (cur < 0 || cur == int(s)) continue;  // a byte that stays in its state makes no token that counts
-      int64_t node = int64_t(first);
-      while (forced[size_t(cur)] >= 0) {
-        const uint8_t byte = uint8_t(forced[size_t(cur)]);
-        int64_t child = -1;
-        for (size_t c = size_t(node) + 1; c < tr.subtree_end[size_t(node)]; c = tr.subtree_end[c])
-          if (tr.byte[c] == byte) {
-            child = int64_t(c);
-            break;
-          }
-        if (child < 0) break;
-        cur = dfa.next[size_t(cur) * k + dfa.byte_class[byte]];
-        node = child;
-        if (tr.first_token[size_t(node)] >= 0) before[size_t(cur)].push_back(int(s));
+    for (size_t c = 0; c < k; ++c) {
+      const int32_t after_first = dfa.next[s * k + c];
+      if (after_first < 0 || after_first == int32_t(s) || forced[size_t(after_first)] < 0) continue;
+      for (const size_t first : class_roots[c]) {
+        int cur = after_first;
+        size_t node = first;
+        while (forced[size_t(cur)] >= 0) {
+          const uint8_t byte = uint8_t(forced[size_t(cur)]);
+          size_t child = 0;
+          for (size_t d = node + 1; d < tr.subtree_end[node]; d = tr.subtree_end[d])
+            if (tr.byte[d] == byte) {
+              child = d;
+              break;
+            }
+          if (child == 0) break;
+          cur = dfa.next[size_t(cur) * k + dfa.byte_class[byte]];
+          node = child;
+          if (tr.first_token[node] >= 0) before[size_t(cur)].push_back(int(s));
+        }
       }
     }
   // The punctuation tokens from every state: a walk over their (small) trie. A byte that stays in its
