@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     std::vector<size_t> bytes;
     std::vector<int> states;
-    std::vector<double> shortest;  // the tokens a reply is sure to end complete within (docs/structured_output.md)
+    std::vector<double> bounds;  // the tokens a reply is sure to end complete within (docs/structured_output.md)
     int no_bound = 0;
     std::string line, slowest;
     double slowest_ms = 0;
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
         ms.push_back(t);
         bytes.push_back(a->device_bytes());
         states.push_back(a->token_states());
-        if (a->closes_within_budget) shortest.push_back(a->completion_bound[size_t(a->dfa.start)]);
+        if (a->closes_within_budget) bounds.push_back(a->completion_bound[size_t(a->dfa.start)]);
         else ++no_bound;
         if (t > slowest_ms) slowest_ms = t, slowest = entry["name"].get<std::string>();
         if (must_refuse) ++failures, std::cerr << entry["name"].get<std::string>() << ": compiled, but should be refused\n";
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     std::vector<double> mib(bytes.size());
     for (size_t i = 0; i < bytes.size(); ++i) mib[i] = double(bytes[i]) / double(1 << 20);
     std::vector<double> st(states.begin(), states.end());
-    if (shortest.empty()) shortest.push_back(0);
+    if (bounds.empty()) bounds.push_back(0);
     nlohmann::json r = {{"commit", MK_GIT_COMMIT},
                         {"tokenizer", tokenizer_dir},
                         {"vocab", vocab->size()},
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
                         {"compile_ms", {{"p50", pct(ms, 0.5)}, {"p90", pct(ms, 0.9)}, {"p99", pct(ms, 0.99)}, {"max", slowest_ms}, {"slowest", slowest}}},
                         {"table_mib", {{"p50", pct(mib, 0.5)}, {"p99", pct(mib, 0.99)}, {"max", pct(mib, 1.0)}}},
                         {"token_states", {{"p50", pct(st, 0.5)}, {"p99", pct(st, 0.99)}, {"max", pct(st, 1.0)}}},
-                        {"completion_bound_tokens", {{"p50", pct(shortest, 0.5)}, {"p99", pct(shortest, 0.99)}, {"max", pct(shortest, 1.0)}}},
+                        {"completion_bound_tokens", {{"p50", pct(bounds, 0.5)}, {"p99", pct(bounds, 0.99)}, {"max", pct(bounds, 1.0)}}},
                         {"without_closing_sets", no_bound}};
     if (as_json) std::cout << r.dump(2) << "\n";
     else
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
                                "tables p50 {:.2f} MiB, max {:.2f} MiB; complete within p50 {:.0f}, max {:.0f} tokens ({} "
                                "without closing sets); {} refused as expected, {} failures\n",
                                ms.size(), vocab->size(), pct(ms, 0.5), pct(ms, 0.9), pct(ms, 0.99), slowest_ms, slowest, pct(mib, 0.5),
-                               pct(mib, 1.0), pct(shortest, 0.5), pct(shortest, 1.0), no_bound, refused, failures);
+                               pct(mib, 1.0), pct(bounds, 0.5), pct(bounds, 1.0), no_bound, refused, failures);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "mk-constraint-bench: " << e.what() << "\n";

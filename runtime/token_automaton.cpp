@@ -122,11 +122,11 @@ namespace {
 std::vector<int32_t> completion_bounds(const ByteDfa& dfa, const TokenVocabulary& vocabulary) {
   const size_t k = size_t(dfa.classes), n = size_t(dfa.states());
   const auto& tr = vocabulary.trie();
-  std::vector<uint8_t> usable(k, 0);  // the class holds a byte that is a token of its own
+  std::vector<uint8_t> usable(k, 0);  // the class holds a byte that is a token of its own: a root child with a token
   std::vector<int> class_bytes(k, 0), class_byte(k, 0);
   for (int b = 0; b < 256; ++b) ++class_bytes[dfa.byte_class[b]], class_byte[dfa.byte_class[b]] = b;
-  for (int32_t t = 0; t < vocabulary.size(); ++t)
-    if (vocabulary.bytes(t).size() == 1) usable[dfa.byte_class[uint8_t(vocabulary.bytes(t)[0])]] = 1;
+  for (size_t c = 1; c < tr.byte.size(); c = tr.subtree_end[c])
+    if (tr.first_token[c] >= 0) usable[dfa.byte_class[tr.byte[c]]] = 1;
   bool eos = false;
   for (const int32_t e : vocabulary.eos()) eos |= e >= 0 && e < vocabulary.size();
   // The one byte a state goes on with, or -1.
