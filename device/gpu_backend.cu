@@ -594,6 +594,7 @@ class MonokernelBackend final : public GpuBackend {
     MK_DECODE_BUFFERS(MK_BIND)
 #undef MK_BIND
     p.arrivals_first = schedule_.combine_once.first_counter;
+    p.devices = schedule_.devices;
     p.rope = rope_.as<float>();
     p.layer_attention = layer_attention_.as<dev::LayerAttentionParams>();
     p.stop_flag = stop_flag_.as<uint32_t>();

@@ -335,6 +335,10 @@ struct KernelParams {
   ConstraintTables constraint;
   // Chunk steps of post-norm layers: chunk_o_proj's and chunk_down's rows before chunk_post_norm adds them.
   MK_DECODE_CHUNK_LAST_BUFFERS(MK_KERNEL_PARAM)
+  // Tensor parallel (runtime/tensor_parallel.h): the devices a step is split over (1: none) and every
+  // device's partials of o_proj's and down's rows, which the all_reduce op sums.
+  int devices;
+  MK_DECODE_DEVICE_BUFFERS(MK_KERNEL_PARAM)
 #undef MK_KERNEL_PARAM
 };
 

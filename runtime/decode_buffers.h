@@ -38,6 +38,7 @@ struct DecodeShapes {
   size_t columns = 1;    // tokens a token step runs at most (Schedule::step_tokens): the step buffers' columns
   size_t spans = 0;      // step spans kept (steps of several tokens), else 0
   bool combine_once = false, post_norms = false;
+  size_t devices = 1;    // tensor parallel: the devices a step is split over (runtime/tensor_parallel.h)
 
   static DecodeShapes of(const ModelConfig& c, const WeightLayout& layout, const Schedule& schedule, int context) {
     DecodeShapes s;
@@ -58,6 +59,7 @@ struct DecodeShapes {
     s.spans = schedule.step_tokens > 1 ? size_t(context) + 1 : 0;
     s.combine_once = schedule.combine_once.enabled;
     s.post_norms = layout.has_post_norms;
+    s.devices = size_t(schedule.devices);
     return s;
   }
 };
@@ -111,8 +113,15 @@ struct DecodeShapes {
   X(history, int32_t, s.spans > 0 ? s.context : 0, 1, "token history (drafting)")                              \
   X(x_alt, float, s.post_norms ? s.columns * s.hidden : 0, 1, "x's second buffer (folded post-norms)")
 
-#define MK_DECODE_BUFFERS(X) \
-  MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X)
+// Tensor parallel (runtime/tensor_parallel.h): every device's partial of o_proj's (set 0) and down's (set
+// 1) rows, [set][device][column][hidden]; the devices push into each other's. Placed at the very end of
+// the parameter block.
+#define MK_DECODE_DEVICE_BUFFERS(X) \
+  X(partials, float, s.devices > 1 ? 2 * s.devices * s.columns * s.hidden : 0, 1, "all-reduce partials")
+
+#define MK_DECODE_BUFFERS(X)                                                                                 \
+  MK_DECODE_STEP_BUFFERS(X) MK_DECODE_TOKEN_BUFFERS(X) MK_DECODE_CHUNK_BUFFERS(X) MK_DECODE_LATE_BUFFERS(X) \
+  MK_DECODE_DEVICE_BUFFERS(X)
 
 // Bytes of all of them; of the K and V caches alone; of the chunk steps' alone.
 struct DecodeBufferBytes {

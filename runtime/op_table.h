@@ -8,7 +8,7 @@
 // all generated from these lists.
 //
 // Token-step ops run one token through the model per step; the order is the canonical order of a step's
-// stages.
+// stages. all_reduce sums the row stages' partials of a tensor-parallel step (runtime/tensor_parallel.h).
 #pragma once
 
 #define MK_FOR_EACH_STEP_OP(X) \
@@ -19,6 +19,7 @@
   X(GateUp, gate_up)           \
   X(Down, down)                \
   X(PostNorm, post_norm)       \
+  X(AllReduce, all_reduce)     \
   X(LMHead, lm_head)           \
   X(Sample, sample)
 

@@ -150,6 +150,8 @@ void ReferenceModel::run(const Stage& st, int layer, StepState& s) {
       for (size_t i = 0; i < s.x.size(); ++i) s.x[i] += n[i];
       return;
     }
+    // One device's partial is the whole sum: a tensor-parallel recipe's stages run on the full model.
+    case Op::AllReduce: return residual_or_projected(st, s.projected, s);
     case Op::GateUp: {
       const LayerWeights& L = w.layers[size_t(layer)];
       const LayerRecipe& R = recipe_.layers[size_t(layer)];

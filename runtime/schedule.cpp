@@ -392,9 +392,15 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   }
   if (r.layers.size() != size_t(c.num_layers))
     fail("schedule: the recipe has {} layers, the model {}", r.layers.size(), c.num_layers);
+  if (r.devices > 1 && p.chunk_tokens > 0) fail("schedule: chunk steps (prefill) are not built for tensor parallel; prompts go through token steps");
+  if (r.devices > 1 && p.step_tokens > 1) fail("schedule: token steps of several tokens are not built for tensor parallel");
   Schedule s;
   s.num_workgroups = W;
   s.num_layers = c.num_layers;
+  s.devices = r.devices;
+  s.rank = r.rank;
+  // What a stage's counter counts a step: its instructions, on every device where it pushes.
+  auto counted = [&](const Stage& st, uint32_t instructions) { return instructions * (st.pushes ? uint32_t(r.devices) : 1u); };
   if (p.narrow_workgroups > 0 && p.narrow_ops != 0) s.narrow_ops = p.narrow_ops, s.narrow_workgroups = p.narrow_workgroups;
   const int groups = c.num_kv_heads;
   // Attention is latency-bound per workgroup, so it is spread over the whole grid (one split of the cache
@@ -414,7 +420,7 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   // counters, then the stages after the layers.
   std::vector<uint32_t> first_counters, last_counters;
   for (const Stage& st : r.first) first_counters.push_back(b.counter(st.name));
-  const bool fold = p.fold_post_norms && post_norms_foldable(r);
+  const bool fold = p.fold_post_norms && r.devices == 1 && post_norms_foldable(r);
   s.post_norms_folded = fold;
   std::vector<std::vector<std::vector<uint32_t>>> lc(size_t(c.num_layers));  // [layer][stage] -> counters
   for (int l = 0; l < c.num_layers; ++l)
@@ -505,7 +511,9 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   // A stage's instructions outside the layers: pinned, or a row block per workgroup with its slot.
   auto head_stage = [&](const Stage& st, uint32_t signal, bool starts_step) {
     if (st.spread == Spread::Pinned) {
+      if (st.home_only && r.rank != 0) return;  // its counter is signalled from the home device
       Instr in = make(st.op, 0, 0, st.rows, signal);
+      if (st.pushes) in.flags |= kPushes;
       // The step's first instruction waits for the previous step's token (lag 1: nothing to wait for at
       // step 0).
       if (starts_step) add_wait(in, s.sample_counter, 1, 1);
@@ -518,18 +526,23 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
       b.pinned(in, 0);
       prev_count = 1;
     } else if (st.spread == Spread::VocabRows) {
+      // Tensor parallel: device d's blocks take the partial slots [d * W, d * W + W) of the home device's.
+      if (r.devices > 1 && st.rows < uint32_t(W))
+        fail("schedule: a device's share of the vocabulary ({} rows) is smaller than its {} workgroups", st.rows, W);
+      if (uint64_t(W) * uint64_t(r.devices) > 65535) fail("schedule: {} LM-head slots on {} devices are more than an instruction can name", W, r.devices);
       std::vector<Instr> v;
       uint32_t slot = 0;
       for (auto [r0, r1] : split_range(st.rows, uint32_t(W))) {
-        Instr in = make(st.op, 0, r0, r1, signal);
-        in.slot = uint16_t(slot++);
+        Instr in = make(st.op, 0, st.first_row + r0, st.first_row + r1, signal);
+        in.slot = uint16_t(uint32_t(r.rank) * uint32_t(W) + slot++);
+        if (st.pushes) in.flags |= kPushes;
         add_wait(in, prev_counter, prev_count);
         v.push_back(in);
       }
-      s.lm_head_slots = int(slot);
+      s.lm_head_slots = int(slot) * r.devices;
       place_residual(st, v, false);
       b.stage(std::move(v));
-      prev_count = slot;
+      prev_count = counted(st, slot);
     } else {
       fail("schedule: stage '{}' before or after the layers must be pinned or a vocabulary row stage", st.name);
     }
@@ -623,10 +636,11 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
           for (Instr& in : items) {
             in.slot = st.slot;
             if (st.writes == Buffer::Projected) in.flags |= kWritesProjected;
+            if (st.pushes) in.flags |= kPushes;
           }
           place_residual(st, items, true);
           prev_counter = ids[0];
-          prev_count = uint32_t(items.size());
+          prev_count = counted(st, uint32_t(items.size()));
           b.stage(std::move(items));
           break;
         }

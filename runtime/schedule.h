@@ -74,6 +74,11 @@ inline constexpr uint8_t kWritesProjected = 8;
 // such a step, which writes x to x_alt and zeros to `projected`, so that layer 0's qkv folds a post-norm
 // of zeros (x' = x) like every other layer's: in a folded step every GEMV behind an RMSNorm folds.
 inline constexpr uint8_t kReadsResidualAlt = 16, kWritesResidual = 32, kStartsFoldedStep = 64;
+// kPushes: tensor parallel (runtime/tensor_parallel.h): the instruction writes its output on other devices
+// and signals its counter there: an o_proj or down block its partial rows into every device's partials
+// (Instr::slot: the set), an LM head block its logits and partials to the home device, the sample op
+// the token and the stop flag to every device.
+inline constexpr uint8_t kPushes = 128;
 // Instr::folds: which post-norm a folding instruction applies, the one of the recipe's stage just before
 // its own: the attention's (the layer's post_attn_norm, before gate_up) or the MLP's (post_mlp_norm of the
 // layer before: before the next layer's qkv, or the last layer's, before the LM head; layer 0's qkv folds
@@ -88,11 +93,12 @@ struct Instr {
   // ChunkRope, ChunkPostNorm: the chunk's tokens [begin, end); the matrix ops: output columns [begin, end);
   // ChunkAttention: begin = kv group.
   uint32_t begin = 0, end = 0;
-  // LMHead: its partial-argmax slot. PostNorm: which norm (kAttentionNorm, kMlpNorm). Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
+  // LMHead: its partial-argmax slot. PostNorm: which norm (kAttentionNorm, kMlpNorm). Pushing o_proj and
+  // down, AllReduce: the set of partials (0: o_proj's, 1: down's). Chunk steps: the matrix ops' and ChunkAttention's token tile (tokens
   // [slot * tile, (slot + 1) * tile) of the chunk); ChunkNorm, ChunkPostNorm: which norm (kAttentionNorm,
   // kMlpNorm).
   uint16_t slot = 0;
-  uint8_t flags = 0;  // kSignalsHSlices, kWaitsHSlices, kClaimsRows, kWritesProjected, kReadsResidualAlt, kWritesResidual
+  uint8_t flags = 0;  // kSignalsHSlices, kWaitsHSlices, kClaimsRows, kWritesProjected, kReadsResidualAlt, kWritesResidual, kPushes
   uint8_t folds = kFoldsNoNorm;  // the post-norm it folds into its prologue (kFoldsAttentionPostNorm, kFoldsMlpPostNorm)
   Wait waits[2];
   uint32_t signal = 0;  // counter this instruction adds 1 to when done
@@ -332,6 +338,9 @@ struct Schedule {
   uint32_t narrow_ops = 0;
   int narrow_workgroups = 0;
   int step_tokens = 1;  // ScheduleParams::step_tokens: the columns of a step's buffers
+  // Tensor parallel (StepRecipe::devices, rank): the devices and this schedule's; a pushed counter
+  // (kPushes) counts every device's instructions.
+  int devices = 1, rank = 0;
   bool post_norms_folded = false;  // ScheduleParams::fold_post_norms took effect (Instr::folds)
   HSlices h_slices;
   CombineOnce combine_once;

@@ -24,6 +24,7 @@ const char* buffer_name(Buffer b) {
     case Buffer::ChunkH: return "chunk h";
     case Buffer::ChunkResidual: return "chunk residual";
     case Buffer::ChunkProjected: return "chunk projected";
+    case Buffer::Partials: return "partials";
   }
   return "?";
 }
@@ -146,7 +147,7 @@ bool op_fits_spread(Op op, Spread s) {
     case Spread::Pinned: return op == Op::Embed || op == Op::Sample;
     case Spread::GroupRows: return op == Op::QKV;
     case Spread::GroupSplits: return op == Op::Attention;
-    case Spread::Rows: return op == Op::OProj || op == Op::GateUp || op == Op::Down || op == Op::PostNorm;
+    case Spread::Rows: return op == Op::OProj || op == Op::GateUp || op == Op::Down || op == Op::PostNorm || op == Op::AllReduce;
     case Spread::VocabRows: return op == Op::LMHead;
     case Spread::ChunkTokens: return op == Op::ChunkNorm || op == Op::ChunkRope || op == Op::ChunkPostNorm;
     case Spread::ChunkTiles: return op == Op::ChunkQKV || op == Op::ChunkOProj || op == Op::ChunkGateUp || op == Op::ChunkDown;

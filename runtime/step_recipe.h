@@ -37,6 +37,7 @@ enum class Buffer : uint8_t {
   ChunkH,        // chunk steps: [C, intermediate]
   ChunkResidual,  // chunk steps: the chunk's residual rows [C, hidden]
   ChunkProjected,  // chunk steps: a matrix stage's output before its post-norm and residual add [C, hidden]
+  Partials,   // tensor parallel: every device's partial of a row stage's output, per set [2][devices][hidden]
 };
 const char* buffer_name(Buffer b);
 
@@ -63,6 +64,13 @@ struct Stage {
   Buffer reads = Buffer::Residual;
   Buffer writes = Buffer::Residual;
   bool adds = false;        // adds its output to `writes` (the residual add) instead of overwriting it
+  // Tensor parallel (runtime/tensor_parallel.h): the stage's output and its signal go to other devices:
+  // a row stage's partial into every device's Partials (slot: which set), the LM head's rows and partials
+  // to the home device (device 0), the sampled token and stop flag to every device. The stage after it
+  // counts every device's instructions.
+  bool pushes = false;
+  bool home_only = false;   // runs on the home device only; elsewhere its counter exists, its instructions do not
+  uint32_t first_row = 0;   // VocabRows: the first of its `rows` rows (a device's share of the vocabulary)
   // The weights it streams, as members of LayerWeights (a layer's stages) or of ModelWeights (the head's).
   std::vector<TensorView LayerWeights::*> layer_weights;
   std::vector<TensorView ModelWeights::*> model_weights;
@@ -92,6 +100,8 @@ struct StepRecipe {
   std::vector<Stage> last;   // after them (lm_head, sample)
   float embed_scale = 1.0f;         // the embedding rows are multiplied by it
   float norm_weight_offset = 0.0f;  // every RMSNorm scales by (offset + w): Gemma's (1 + w)
+  // Tensor parallel: the devices the step is split over and the one this recipe is for (0: home).
+  int devices = 1, rank = 0;
 };
 
 // The distinct RoPEs of a recipe's layers (base and scaling), in order of first use, and the index of

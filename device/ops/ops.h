@@ -1,6 +1,7 @@
 // Every op's header (runtime/op_table.h lists the ops; each has device/ops/<name>.h defining <Enum>Op).
 #pragma once
 
+#include "device/ops/all_reduce.h"
 #include "device/ops/attention.h"
 #include "device/ops/chunk_attention.h"
 #include "device/ops/chunk_down.h"

@@ -17,6 +17,7 @@ struct InstrRef {
   uint32_t step = 0;
   uint32_t index = 0;
   uint32_t seq = 0;
+  uint32_t device = 0;  // tensor parallel: the device it runs on
   bool before(const InstrRef& o) const { return step != o.step ? step < o.step : seq < o.seq; }
 };
 

@@ -46,17 +46,27 @@ struct EmulatorOptions {
   SpeculationParams speculation;
   int claim_late_ranks = ScheduleParams{}.claim_late_ranks;
   int claim_shrink_percent = ScheduleParams{}.claim_shrink_percent;
+  // Tensor parallel (runtime/tensor_parallel.h): the virtual devices a token step is split over, each
+  // with its own workgroups, counters and shard of the weights; the checker spans them all. Prompts go
+  // through token steps; steps of one token, no drafter.
+  int tensor_parallel = 1;
   Interleaving interleaving = Interleaving::Random;
   uint64_t interleave_seed = 1;
   bool check_dependencies = true;  // vector-clock checker on every access (slower; off for big models)
   bool record_logits = false;      // keep the logits of every generating step
 };
 
+// The schedules the emulator runs for `options`: one, or with tensor parallel one per device (each for its
+// shard and rank). Throws mk::Error for a model that does not split so (check_tensor_parallel).
+std::vector<Schedule> emulator_schedules(const Model& model, const EmulatorOptions& options);
+
 class Emulator final : public DecodeBackend {
  public:
   Emulator(const Model& model, const EmulatorOptions& options);
-  // Runs a given schedule (tests use this to plant a broken dependency).
+  // Runs a given schedule (tests use this to plant a broken dependency); with tensor parallel, one per
+  // device (emulator_schedules builds them).
   Emulator(const Model& model, Schedule schedule, const EmulatorOptions& options);
+  Emulator(const Model& model, std::vector<Schedule> schedules, const EmulatorOptions& options);
   ~Emulator() override;
 
   GenerateResult generate(const GenerateRequest& request, const TokenCallback& on_token) override;

@@ -35,16 +35,15 @@ void EmulatorState::size_buffers(const DecodeShapes& s) {
 #undef MK_SIZE_BUFFER
 }
 
-void EmulatorState::start_checker() {
-  checker.reset();
-  if (!opt.check_dependencies) return;
-  checker.emplace(schedule.num_workgroups, schedule.counter_lines(), [this](const InstrRef& r) { return describe(r); });
+void EmulatorState::watch_buffers(DependencyChecker& c) {
+  checker = &c;
+  const std::string device = devices.size() > 1 ? fmt::format("gpu {} ", rank) : "";
   // Every buffer the model uses, by its cells (a partial cell rounds up: att_ml's 16-byte padding).
 #define MK_WATCH_BUFFER(NAME, TYPE, ELEMENTS, CELL, WHAT) \
-  NAME.id = NAME.data.empty() ? -1 : checker->add_buffer(WHAT, (NAME.data.size() + NAME.cell - 1) / NAME.cell);
+  NAME.id = NAME.data.empty() ? -1 : c.add_buffer(device + WHAT, (NAME.data.size() + NAME.cell - 1) / NAME.cell);
   MK_DECODE_BUFFERS(MK_WATCH_BUFFER)
 #undef MK_WATCH_BUFFER
-  stop_at.id = checker->add_buffer("stop flags", stop_at.data.size());
+  stop_at.id = c.add_buffer(device + "stop flags", stop_at.data.size());
 }
 
 // The KV cache, the RoPE table and the per-launch buffers grow with the context: a context the machine

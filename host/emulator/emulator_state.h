@@ -93,27 +93,44 @@ struct EmulatorState {
   // Per workgroup: the running sums of an instruction that reads its input slice by slice (a down block
   // with kWaitsHSlices), kept from one slice to the next as the kernel keeps them.
   std::vector<std::vector<float>> partial_sums;
-  std::optional<DependencyChecker> checker;
+  // The happens-before checker of the launch (none when it is off), shared by every device: it numbers the
+  // workgroups and counter lines of device d after those of the devices before it (global_wg,
+  // global_line), and watches every device's buffers.
+  DependencyChecker* checker = nullptr;
+
+  // Tensor parallel (runtime/tensor_parallel.h): this device's rank and every device's state, by rank
+  // (this one's included; one entry without tensor parallel). Pushes write into the others' buffers
+  // and signal their counters.
+  int rank = 0;
+  std::vector<EmulatorState*> devices{this};
+  EmulatorState& home() const { return *devices.front(); }
+
+  // The checker's numbers of a workgroup (of the device c.ref names) and of one of this device's counter
+  // lines.
+  int global_wg(const OpCtx& c) const { return int(c.ref.device) * schedule.num_workgroups + c.wg; }
+  uint32_t global_line(uint32_t line) const { return uint32_t(rank) * schedule.counter_lines() + line; }
 
 
   EmulatorState(const Model& m, Schedule s, const EmulatorOptions& o);
   void size_buffers(const DecodeShapes& s);  // every decode buffer at its size in runtime/decode_buffers.h
 
   // ---- accessors that report to the dependency checker ----
+  // (A buffer of another device's state is accessed through that state's accessors, with the OpCtx of
+  // the instruction that runs: its device is c.ref.device.)
   template <typename T>
   const T* read(const OpCtx& c, const Buffer<T>& b, size_t begin, size_t end) {
-    if (checker) checker->read(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
+    if (checker) checker->read(global_wg(c), c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
     return b.data.data() + begin;
   }
   template <typename T>
   T* write(const OpCtx& c, Buffer<T>& b, size_t begin, size_t end) {
-    if (checker) checker->write(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
+    if (checker) checker->write(global_wg(c), c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
     return b.data.data() + begin;
   }
 
   template <typename T>
   T* accumulate(const OpCtx& c, Buffer<T>& b, size_t begin, size_t end) {
-    if (checker) checker->accumulate(c.wg, c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
+    if (checker) checker->accumulate(global_wg(c), c.ref, b.id, begin / b.cell, (end + b.cell - 1) / b.cell);
     return b.data.data() + begin;
   }
 
@@ -121,11 +138,15 @@ struct EmulatorState {
   // value it found.
   uint32_t read_modify_write(const OpCtx& c, uint32_t counter) {
     const uint32_t line = schedule.line(counter, 0);
-    if (checker) checker->read_modify_write(c.wg, line, counters[line]);
+    if (checker) checker->read_modify_write(global_wg(c), global_line(line), counters[line]);
     return counters[line]++;
   }
 
   std::string describe(const InstrRef& r) const {
+    if (devices.size() > 1) return fmt::format("gpu {}, {}", rank, describe_on_device(r));
+    return describe_on_device(r);
+  }
+  std::string describe_on_device(const InstrRef& r) const {
     if (r.index & kChunkIndex)
       return fmt::format("chunk step {}, workgroup {}: {}", r.step, chunk_workgroup_of(r.index & ~kChunkIndex),
                          schedule.describe(schedule.chunk.instrs[r.index & ~kChunkIndex]));
@@ -181,7 +202,9 @@ struct EmulatorState {
     return acc;
   }
 
-  void start_checker();
+  // Registers every buffer of this device with the launch's checker (named after the device with tensor
+  // parallel) and uses it.
+  void watch_buffers(DependencyChecker& checker);
   // A context the host cannot hold is refused before anything is allocated.
   void check_memory() const;
   // Stops the launch with an error naming the position when the logits (of one column) hold NaN or infinity

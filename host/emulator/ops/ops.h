@@ -26,11 +26,18 @@ void emulate_down_slice(EmulatorState& s, const OpCtx& c, const Instr& in, uint3
 // does it for every head, or (Schedule::combine_once) each kv group's last attention split for its heads.
 void combine_head_splits(const float* o, const float* ml, int S, int head_dim, float* out);
 
-// A row block's output (o_proj, down, post_norm) in column j of the step, after the instruction's last
+// A row block's output (o_proj, down, post_norm, all_reduce) in column j of the step, after the instruction's last
 // wait: added to the residual rows, or with kWritesProjected written to the projected buffer for the
 // post_norm stage.
+// Tensor parallel (kPushes): the block's partial rows go into every device's partials, in the set
+// Instr::slot names and this device's slot of it ([set][device][column][hidden]), for the all_reduce.
 inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, int j, const std::vector<float>& rows) {
-  const size_t base = size_t(j) * size_t(s.cfg.hidden_size);
+  const size_t H = size_t(s.cfg.hidden_size), base = size_t(j) * H;
+  if (in.flags & kPushes) {
+    const size_t D = s.devices.size(), at = ((size_t(in.slot) * D + size_t(s.rank)) * size_t(s.schedule.step_tokens) + size_t(j)) * H;
+    for (EmulatorState* d : s.devices) std::copy(rows.begin(), rows.end(), d->write(c, d->partials, at + in.begin, at + in.end));
+    return;
+  }
   if (in.flags & kWritesProjected) {
     std::copy(rows.begin(), rows.end(), s.write(c, s.projected, base + in.begin, base + in.end));
     return;

@@ -1,7 +1,8 @@
 // The CPU twin of the sample op (device/ops/sample.h): in each column of the step's span that yields a
 // distribution, in order, the next token (greedy: the blocks' argmax; else runtime/sampling.h's rule), its
 // log-probabilities, its penalty, its callback and the stop checks, while the token it samples is the one
-// the next column ran on; non-finite logits stop the launch. Then the next step's span.
+// the next column ran on; non-finite logits stop the launch. Then the next step's span. Tensor parallel: on
+// the home device, which writes the token and the stop flag on every device.
 #include "host/emulator/ops/ops.h"
 
 #include <numeric>
@@ -56,6 +57,13 @@ int32_t sample_column(EmulatorState& s, const OpCtx& c, uint32_t step, int j, co
   return sample_token(std::vector<float>(l, l + V), s.run.sampling, uint64_t(position));
 }
 
+// What every device's next step reads (the token, the stop flag): written on every device (tensor
+// parallel: the home device's sample op pushes it, kPushes; else this device alone).
+template <class T>
+void write_on_every_device(EmulatorState& s, const OpCtx& c, Buffer<T> EmulatorState::*buffer, size_t at, T value) {
+  for (EmulatorState* d : s.devices) *d->write(c, d->*buffer, at, at + 1) = value;
+}
+
 }  // namespace
 
 void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
@@ -82,7 +90,7 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
       const size_t slot = size_t(span.index + j + 1);
       const bool next_column_stands = j + 1 < span.count && *s.read(c, s.tokens, slot, slot + 1) == token;
       if (next_column_stands) ++r.stats.accepted_tokens;
-      if (slot < s.tokens.data.size()) *s.write(c, s.tokens, slot, slot + 1) = token;
+      if (slot < s.tokens.data.size()) write_on_every_device(s, c, &EmulatorState::tokens, slot, token);
       if (!s.history.data.empty() && size_t(position) + 1 < s.history.data.size())
         *s.write(c, s.history, size_t(position) + 1, size_t(position) + 2) = token;
       next_index = int32_t(slot);
@@ -137,7 +145,7 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
     }
     *s.write(c, s.step_spans, step + 1, step + 2) = next;
   }
-  *s.write(c, s.stop_at, step, step + 1) = stop != StopReason::None;
+  write_on_every_device(s, c, &EmulatorState::stop_at, step, uint8_t(stop != StopReason::None));
   if (stop != StopReason::None) s.run.result.stop = stop;
 }
 
