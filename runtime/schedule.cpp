@@ -393,7 +393,6 @@ Schedule build_schedule(const StepRecipe& r, const ModelConfig& c, const Schedul
   if (r.layers.size() != size_t(c.num_layers))
     fail("schedule: the recipe has {} layers, the model {}", r.layers.size(), c.num_layers);
   if (r.devices > 1 && p.chunk_tokens > 0) fail("schedule: chunk steps (prefill) are not built for tensor parallel; prompts go through token steps");
-  if (r.devices > 1 && p.step_tokens > 1) fail("schedule: token steps of several tokens are not built for tensor parallel");
   Schedule s;
   s.num_workgroups = W;
   s.num_layers = c.num_layers;

@@ -1,7 +1,8 @@
 // AllReduce row blocks (tensor parallel: runtime/tensor_parallel.h): rows [begin, end) of the sum of every
 // device's partial of o_proj's (Instr::slot 0) or down's (1) output, in device order, added to x, or with
 // kWritesProjected written to `projected` for the post_norm after it. The devices pushed their partials
-// into `partials` before signalling the counter this block waited for.
+// into `partials` before signalling the counter this block waited for. Compiled into the tensor-parallel
+// kernels only (OpDefaults::kTensorParallelOnly).
 #pragma once
 
 #include "device/ops/op_spec.h"
@@ -12,6 +13,7 @@
 namespace mk::dev {
 
 struct AllReduceOp : OpDefaults {
+  static constexpr bool kTensorParallelOnly = true;
 #if MK_DEVICE_CODE
   template <class MachineT>
   __device__ static void run(MachineT& m, const Instr& in) {

@@ -30,6 +30,8 @@ struct GemvMatrices {
 
 struct OpDefaults {
   static constexpr bool kGemv = false;
+  // Run only by the kernels of a tensor-parallel step (Machine::kTensorParallel).
+  static constexpr bool kTensorParallelOnly = false;
   MK_HD_INLINE static GemvMatrices gemv(const ModelDims&, const LayerOffsets&, uint64_t /*lm_head*/) { return {}; }
   // Whether the op does its work at `step` of a launch that ingests `ingest` tokens before sampling (an
   // inactive instruction streams no weights; it still waits and signals). An op that overrides it sets

@@ -230,10 +230,7 @@ struct Emulator::Impl {
     const int D = opt.tensor_parallel;
     if (int(schedules.size()) != D)
       fail("emulator: {} schedules for {} devices (tensor_parallel); one per device", schedules.size(), D);
-    if (D > 1) {
-      check_tensor_parallel(model, D);
-      if (opt.speculation.drafter != Drafter::None) fail("emulator: speculation is not built for tensor parallel");
-    }
+    if (D > 1) check_tensor_parallel(model, D);
     for (int r = 0; r < D; ++r) {
       if (schedules[size_t(r)].devices != D || schedules[size_t(r)].rank != r)
         fail("emulator: the schedule for device {} was built for device {} of {}", r, schedules[size_t(r)].rank, schedules[size_t(r)].devices);

@@ -57,7 +57,7 @@ int32_t sample_column(EmulatorState& s, const OpCtx& c, uint32_t step, int j, co
   return sample_token(std::vector<float>(l, l + V), s.run.sampling, uint64_t(position));
 }
 
-// What every device's next step reads (the token, the stop flag): written on every device (tensor
+// What every device's next step reads (the token, the stop flag, the next step's span and drafts): written on every device (tensor
 // parallel: the home device's sample op pushes it, kPushes; else this device alone).
 template <class T>
 void write_on_every_device(EmulatorState& s, const OpCtx& c, Buffer<T> EmulatorState::*buffer, size_t at, T value) {
@@ -138,12 +138,12 @@ void emulate_sample(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t 
         const SpeculationParams& sp = s.opt.speculation;
         int32_t drafts[kMaxStepTokens] = {};
         const int k = lookup_drafts(s.read(c, s.history, 0, size_t(known)), known, sp.lookup_min, sp.lookup_max, wanted, drafts);
-        if (k > 0) std::copy_n(drafts, k, s.write(c, s.tokens, size_t(next_index) + 1, size_t(next_index + 1 + k)));
+        for (int i = 0; i < k; ++i) write_on_every_device(s, c, &EmulatorState::tokens, size_t(next_index + 1 + i), drafts[i]);
         next.count = 1 + k;
         s.run.result.stats.drafted_tokens += k;
       }
     }
-    *s.write(c, s.step_spans, step + 1, step + 2) = next;
+    write_on_every_device(s, c, &EmulatorState::step_spans, step + 1, next);
   }
   write_on_every_device(s, c, &EmulatorState::stop_at, step, uint8_t(stop != StopReason::None));
   if (stop != StopReason::None) s.run.result.stop = stop;
