@@ -98,6 +98,16 @@ __device__ __forceinline__ unsigned load_acquire_system(const unsigned* p) {
 #endif
 }
 
+// Release-add at system scope: for a counter in another GPU's memory (a peer window, device/peer_windows.h),
+// which that GPU's waiter reads with load_acquire_system.
+__device__ __forceinline__ void add_release_system(unsigned* p, unsigned v) {
+#if defined(MK_PLATFORM_NVIDIA)
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#else
+  __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#endif
+}
+
 // Polite spin: lets the other warps of the SM/CU run while one lane waits.
 __device__ __forceinline__ void spin_pause() {
 #if defined(MK_PLATFORM_NVIDIA)

@@ -11,4 +11,11 @@ export MK_FIXTURES="$(pwd)/tests/fixtures"
 rc=0
 "$build/tests/test_gpu" 2>&1 | tee "$out/test_gpu.log" || rc=1
 "$build/tests/test_gpu_api" 2>&1 | tee "$out/test_gpu_api.log" || rc=1
+# Several GPUs of one host: only where there are 2 or more (the binary fails on fewer, saying so).
+gpus=$(nvidia-smi --list-gpus | wc -l)
+if ((gpus >= 2)); then
+  NCCL_NVLS_ENABLE=0 "$build/tests/test_gpu_multi" 2>&1 | tee "$out/test_gpu_multi.log" || rc=1
+else
+  echo "test_gpu_multi not run: it needs 2 or more GPUs, this machine has $gpus" | tee "$out/test_gpu_multi.log"
+fi
 exit $rc

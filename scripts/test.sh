@@ -53,7 +53,7 @@ check_nvcc() {
 # The AMD and CPU configurations compile the host sources with identical flags: ccache shares them.
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-gpu_targets=(mk_device mk_topology_probe mk_sync test_gpu test_gpu_api gpu_logits_dump mk-bench mk-bench-sync mk-run mk-topo mk-chat mk-server monokernel)
+gpu_targets=(mk_device mk_topology_probe mk_sync test_gpu test_gpu_multi test_gpu_api gpu_logits_dump mk-bench mk-bench-sync mk-run mk-topo mk-chat mk-server monokernel)
 compile_check() {
   phase "compile check: MK_GPU=$1 (warnings are errors)"
   cmake -S . -B "build-ci-$1" -G Ninja -DMK_GPU="$1" -DMK_WERROR=ON "${launcher[@]}" >/dev/null
