@@ -554,6 +554,31 @@ TEST(Engine, OpenOptionsAreBounded) {
   }
 }
 
+// Tensor parallel: 1 to 8 devices, and a model that splits over them; a refusal is an invalid argument
+// naming why, before any backend exists.
+TEST(Engine, TensorParallelIsBoundedAndTheModelMustSplit) {
+  EngineOptions o;
+  o.backend = BackendChoice::Emulator;
+  for (int devices : {0, 9, 64}) {
+    o.tensor_parallel = devices;
+    try {
+      Engine::open(tiny_chat_dir().dir, o);
+      ADD_FAILURE() << devices;
+    } catch (const EngineError& e) {
+      EXPECT_EQ(e.kind(), EngineErrorKind::InvalidArgument) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("tensor_parallel must be between 1 and 8"));
+    }
+  }
+  o.tensor_parallel = 8;
+  try {
+    Engine::open(tiny_chat_dir().dir, o);
+    ADD_FAILURE() << "8 devices";
+  } catch (const EngineError& e) {
+    EXPECT_EQ(e.kind(), EngineErrorKind::InvalidArgument) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("is not a multiple of 8"));
+  }
+}
+
 TEST(Engine, SessionsHaveTheirOwnCacheAndOutliveTheEngine) {
   auto engine = open_emulator();
   auto a = engine->create_session();

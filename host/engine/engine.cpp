@@ -10,6 +10,7 @@
 #include "runtime/context_size.h"
 #include "runtime/limits.h"
 #include "runtime/model.h"
+#include "runtime/tensor_parallel.h"
 #include "runtime/token_vocabulary.h"
 
 namespace mk {
@@ -176,6 +177,8 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   if (!(options.watchdog_seconds >= kMinWatchdogSeconds && options.watchdog_seconds <= kMaxWatchdogSeconds))
     invalid(fmt::format("watchdog_seconds must be between {} and {} (got {})", kMinWatchdogSeconds, kMaxWatchdogSeconds,
                         options.watchdog_seconds));
+  if (options.tensor_parallel < 1 || options.tensor_parallel > kMaxTensorParallel)
+    invalid(fmt::format("tensor_parallel must be between 1 and {} devices (got {})", kMaxTensorParallel, options.tensor_parallel));
   int step_tokens = 1;
   try {
     step_tokens = speculation_step_tokens(options.speculation);
@@ -199,6 +202,13 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
   const Model& m = *model;
   shared->model = std::move(model);
 
+  if (options.tensor_parallel > 1) {  // before any backend exists: the model must split so
+    try {
+      check_tensor_parallel(m, options.tensor_parallel);
+    } catch (const Error& e) {
+      invalid(e.what());
+    }
+  }
   const ContextChoice chosen = choose_context(options.context, m.config.max_position);
   if (!chosen.warning.empty() && options.on_notice) options.on_notice(chosen.warning);
   const int context = chosen.tokens;
@@ -211,6 +221,10 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     invalid(fmt::format("speculative decoding ({}) runs on the CPU emulator only so far: the GPU kernel's token steps take one "
                         "token; use no drafter, or the emulator",
                         drafter_name(options.speculation.drafter)));
+  if (gpu && options.tensor_parallel > 1)
+    invalid(fmt::format("tensor parallel over {} devices runs on the CPU emulator only so far: the GPU kernel runs one device; "
+                        "use 1, or the emulator",
+                        options.tensor_parallel));
   if (gpu) {
     GpuOptions g;
     g.device = options.gpu_device;
@@ -228,6 +242,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& dir, const Eng
     e.interleaving = Interleaving::RoundRobin;
     e.step_tokens = step_tokens;
     e.speculation = options.speculation;
+    e.tensor_parallel = options.tensor_parallel;
     shared->factory = [&m, e] { return std::unique_ptr<DecodeBackend>(std::make_unique<Emulator>(m, e)); };
   }
   shared->on_gpu = gpu;

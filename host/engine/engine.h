@@ -87,6 +87,9 @@ struct EngineOptions {
   // verify against the model's own ones; the replies are token for token what they are without it. Runs on
   // the CPU emulator so far (the GPU kernel's token steps take one token: opening fails there, saying so).
   SpeculationParams speculation;
+  // Tensor parallel (runtime/tensor_parallel.h): each token step split over this many devices. The CPU
+  // emulator runs them as virtual devices; on the GPU, more than 1 fails opening, saying so.
+  int tensor_parallel = 1;
   // GPU weight upload: (bytes done, bytes total, seconds so far).
   std::function<void(uint64_t, uint64_t, double)> on_upload_progress;
   // Notices for the user: the fallback to the emulator, and why.

@@ -75,6 +75,8 @@ int run(int argc, char** argv) {
   mk::cli::add_quantize_options(app, load);
   mk::SpeculationParams spec;
   mk::cli::add_speculation_options(app, spec);
+  int tensor_parallel = 1;
+  mk::cli::add_tensor_parallel_option(app, tensor_parallel);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::EngineOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
@@ -108,6 +110,7 @@ int run(int argc, char** argv) {
   options.watchdog_seconds = watchdog;
   options.load = load;
   options.speculation = spec;
+  options.tensor_parallel = tensor_parallel;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   options.on_upload_progress = [](uint64_t done, uint64_t total, double s) {
     if (done == total) fmt::print(stderr, "uploaded {:.2f} GB of weights in {:.1f} s\n", double(total) / 1e9, s);

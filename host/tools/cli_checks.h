@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "runtime/decode_backend.h"
@@ -25,6 +26,7 @@
 #include "runtime/sampling.h"
 #include "runtime/schedule.h"
 #include "runtime/speculation.h"
+#include "runtime/tensor_parallel.h"
 
 namespace mk::cli {
 
@@ -49,9 +51,21 @@ template <typename... Args>
 
 // CLI11's parse: nullopt to go on, or the exit status (0 after --help, kExitUsage for a bad argument,
 // whose message CLI11 has printed). CLI11's own statuses (104-106, ...) are folded into one.
+// Short names longer than a letter, as other engines spell them (CLI11 takes one-letter short names only):
+// each is read as its long name.
+inline constexpr std::pair<std::string_view, std::string_view> kMultiLetterShortNames[] = {{"-tp", "--tensor-parallel"}};
+
 inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args)
+    for (const auto& [short_name, long_name] : kMultiLetterShortNames)
+      if (a == short_name) a = std::string(long_name);
+      else if (a.size() > short_name.size() && a.compare(0, short_name.size() + 1, std::string(short_name) + "=") == 0)
+        a = std::string(long_name) + a.substr(short_name.size());
+  std::vector<char*> rewritten;
+  for (std::string& a : args) rewritten.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(int(rewritten.size()), rewritten.data());
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
@@ -175,6 +189,18 @@ inline void add_speculation_options(CLI::App& app, SpeculationParams& spec) {
   app.add_option("--lookup-max", spec.lookup_max, "with --spec lookup: the longest run of newest tokens matched")
       ->capture_default_str()
       ->check(int_range(1, kMaxLookupTokens));
+}
+
+// --tensor-parallel N (-tp N): each token step split over N devices (runtime/tensor_parallel.h), into
+// `devices`. The CPU emulator runs N virtual devices; the GPU kernel runs one device so far.
+inline void add_tensor_parallel_option(CLI::App& app, int& devices) {
+  app.add_option("--tensor-parallel", devices,
+                 fmt::format("(or -tp N) split each token step over N devices (the model's kv heads and MLP width must divide "
+                             "by N; the tokens are one device's wherever the logits agree, prompts going through token "
+                             "steps). CPU emulator only so far (N virtual devices); 1 to {}, default 1",
+                             kMaxTensorParallel))
+      ->check(int_range(1, kMaxTensorParallel))
+      ->option_text("N");
 }
 
 // After parsing: the flags add_speculation_options read, checked together.

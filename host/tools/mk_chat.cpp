@@ -387,6 +387,8 @@ int run(int argc, char** argv) {
   mk::cli::add_constraint_options(app, constraint_flags);
   mk::SpeculationParams spec;
   mk::cli::add_speculation_options(app, spec);
+  int tensor_parallel = 1;
+  mk::cli::add_tensor_parallel_option(app, tensor_parallel);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::EngineOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
@@ -415,6 +417,7 @@ int run(int argc, char** argv) {
   options.watchdog_seconds = watchdog;
   options.load = load;
   options.speculation = spec;
+  options.tensor_parallel = tensor_parallel;
   options.on_upload_progress = print_progress;
   options.on_notice = [](const std::string& m) { fmt::print(stderr, "warning: {}\n", m); };
   auto engine = mk::Engine::open(model_dir, options);

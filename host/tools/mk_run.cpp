@@ -128,6 +128,8 @@ int run(int argc, char** argv) {
       ->check(mk::cli::int_range(0, mk::kMaxTopLogprobs));
   mk::SpeculationParams speculation;
   mk::cli::add_speculation_options(app, speculation);
+  int tensor_parallel = 1;
+  mk::cli::add_tensor_parallel_option(app, tensor_parallel);
   app.add_flag("--emulator", force_emulator, "run on the CPU emulator even when a GPU is present");
   double watchdog = mk::GpuOptions{}.watchdog_seconds;
   mk::cli::add_watchdog_option(app, watchdog);
@@ -162,6 +164,10 @@ int run(int argc, char** argv) {
     mk::cli::usage_error("--spec {}: speculative decoding runs on the CPU emulator only so far (the GPU kernel's token steps take "
                          "one token); add --emulator, or leave --spec out",
                          mk::drafter_name(speculation.drafter));
+  if (tensor_parallel > 1 && use_gpu)
+    mk::cli::usage_error("--tensor-parallel {}: several devices run on the CPU emulator only so far (the GPU kernel runs one); add "
+                         "--emulator, or leave --tensor-parallel out",
+                         tensor_parallel);
   // Removes the built-in model's temporary directory on every way out, errors included.
   struct TempDir {
     std::filesystem::path path;
@@ -256,6 +262,7 @@ int run(int argc, char** argv) {
     opt.check_dependencies = false;
     opt.step_tokens = mk::speculation_step_tokens(speculation);
     opt.speculation = speculation;
+    opt.tensor_parallel = tensor_parallel;
     backend = std::make_unique<mk::Emulator>(*model, opt);
   }
   fmt::print(stderr, "{}", mk::cli::wrap_info(fmt::format("backend: {}, context {} tokens", backend->name(), chosen.tokens)));
