@@ -64,7 +64,7 @@ void DependencyChecker::report(const Access& earlier, const Access& now, const B
     kind = now_writes ? "overwrote data that an earlier instruction still had to read"
                       : "read data that a later instruction had already overwritten";
   }
-  const auto key = std::make_pair(reader.ref.index, writer.ref.index);
+  const ReportKey key = report_key(reader.ref, writer.ref);
   if (std::find(reported_.begin(), reported_.end(), key) != reported_.end()) return;
   reported_.push_back(key);
   ++violation_count_;
@@ -76,7 +76,7 @@ void DependencyChecker::report(const Access& earlier, const Access& now, const B
 }
 
 void DependencyChecker::report_claim(const std::string& what, const Access& later, const Access* earlier, uint32_t line) {
-  const auto key = std::make_pair(later.ref.index, earlier ? earlier->ref.index : later.ref.index);
+  const ReportKey key = report_key(later.ref, earlier ? earlier->ref : later.ref);
   if (std::find(reported_.begin(), reported_.end(), key) != reported_.end()) return;
   reported_.push_back(key);
   ++violation_count_;

@@ -94,7 +94,13 @@ class DependencyChecker {
   // Reads before (or unordered with) their producer are the root causes; overwrites of data still to be
   // read usually follow from them. Both are kept, root causes listed first.
   std::vector<std::string> read_before_write_, write_before_read_;
-  std::vector<std::pair<uint32_t, uint32_t>> reported_;  // (reader, writer) instruction indices
+  // (reader, writer) instructions reported, each as (device, index): the same index on two devices is
+  // two instructions.
+  using ReportKey = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>;
+  static ReportKey report_key(const InstrRef& reader, const InstrRef& writer) {
+    return {reader.device, reader.index, writer.device, writer.index};
+  }
+  std::vector<ReportKey> reported_;
   size_t violation_count_ = 0;
 };
 
