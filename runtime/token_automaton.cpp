@@ -123,10 +123,14 @@ std::vector<int32_t> completion_bounds(const ByteDfa& dfa, const TokenVocabulary
   const size_t k = size_t(dfa.classes), n = size_t(dfa.states());
   const auto& tr = vocabulary.trie();
   std::vector<uint8_t> usable(k, 0);  // the class holds a byte that is a token of its own: a root child with a token
+  std::vector<std::vector<size_t>> class_roots(k);  // the root's children of each class's bytes
   std::vector<int> class_bytes(k, 0), class_byte(k, 0);
   for (int b = 0; b < 256; ++b) ++class_bytes[dfa.byte_class[b]], class_byte[dfa.byte_class[b]] = b;
-  for (size_t c = 1; c < tr.byte.size(); c = tr.subtree_end[c])
-    if (tr.first_token[c] >= 0) usable[dfa.byte_class[tr.byte[c]]] = 1;
+  for (size_t c = 1; c < tr.byte.size(); c = tr.subtree_end[c]) {
+    const size_t cls = dfa.byte_class[tr.byte[c]];
+    class_roots[cls].push_back(c);
+    if (tr.first_token[c] >= 0) usable[cls] = 1;
+  }
   bool eos = false;
   for (const int32_t e : vocabulary.eos()) eos |= e >= 0 && e < vocabulary.size();
   // The one byte a state goes on with, or -1.
@@ -147,8 +151,6 @@ std::vector<int32_t> completion_bounds(const ByteDfa& dfa, const TokenVocabulary
   // Tokens whose first byte may be any and the rest a forced run: only where the first byte leads to a
   // state with one byte to go on with (into a property's name, a literal's letters), and not where it
   // stays in its state (inside a string). A node's children are found by skipping subtrees.
-  std::vector<std::vector<size_t>> class_roots(k);  // the root's children of each class's bytes
-  for (size_t c = 1; c < tr.byte.size(); c = tr.subtree_end[c]) class_roots[dfa.byte_class[tr.byte[c]]].push_back(c);
   for (size_t s = 0; s < n; ++s)
     for (size_t c = 0; c < k; ++c) {
       const int32_t after_first = dfa.next[s * k + c];

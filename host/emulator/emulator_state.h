@@ -172,6 +172,12 @@ struct EmulatorState {
     return *read(c, step_spans, step, step + 1);
   }
 
+  // Tensor parallel: where device `device`'s partial of set `set` (0: o_proj's, 1: down's), column j of
+  // the step, starts in a device's `partials` ([set][device][column][hidden]: runtime/decode_buffers.h).
+  size_t partials_at(uint32_t set, size_t device, int j) const {
+    return ((size_t(set) * devices.size() + device) * size_t(schedule.step_tokens) + size_t(j)) * size_t(cfg.hidden_size);
+  }
+
   // ---- chunk steps ----
   // Position of token t of chunk k.
   int chunk_position(uint32_t chunk, uint32_t t) const { return run.chunk_start + int(chunk) * schedule.chunk.tokens + int(t); }

@@ -7,11 +7,10 @@ namespace mk::emu {
 
 void emulate_all_reduce(EmulatorState& s, const OpCtx& c, const Instr& in, uint32_t step) {
   const StepSpan span = s.span(c, step);
-  const size_t H = size_t(s.cfg.hidden_size), D = s.devices.size(), columns = size_t(s.schedule.step_tokens);
   for (int j = 0; j < span.count; ++j) {
     std::vector<float> rows(in.end - in.begin, 0.f);
-    for (size_t d = 0; d < D; ++d) {
-      const size_t at = ((size_t(in.slot) * D + d) * columns + size_t(j)) * H;
+    for (size_t d = 0; d < s.devices.size(); ++d) {
+      const size_t at = s.partials_at(in.slot, d, j);
       const float* p = s.read(c, s.partials, at + in.begin, at + in.end);
       for (size_t i = 0; i < rows.size(); ++i) rows[i] += p[i];
     }

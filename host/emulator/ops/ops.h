@@ -34,7 +34,7 @@ void combine_head_splits(const float* o, const float* ml, int S, int head_dim, f
 inline void add_or_project(EmulatorState& s, const OpCtx& c, const Instr& in, int j, const std::vector<float>& rows) {
   const size_t H = size_t(s.cfg.hidden_size), base = size_t(j) * H;
   if (in.flags & kPushes) {
-    const size_t D = s.devices.size(), at = ((size_t(in.slot) * D + size_t(s.rank)) * size_t(s.schedule.step_tokens) + size_t(j)) * H;
+    const size_t at = s.partials_at(in.slot, size_t(s.rank), j);
     for (EmulatorState* d : s.devices) std::copy(rows.begin(), rows.end(), d->write(c, d->partials, at + in.begin, at + in.end));
     return;
   }
